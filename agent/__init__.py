@@ -1,0 +1,1 @@
+"""The worker side of ray-vast: bootloader and PID-1 watchdog. Standard library only."""

@@ -1,0 +1,166 @@
+"""The desired state: one cluster spec as typed, immutable data.
+
+These objects are built by `reconciler.spec` after the YAML has been validated and every default
+filled in from the JSON Schema, so nothing here repeats a default or a floor: the schema is the one
+place those numbers live. Keeping the model plain (no I/O, no validation) lets the planner and the
+nets take it as an argument and stay pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+FilterValue = float | int | str | bool | None | tuple[float | int | str | bool, ...]
+OfferFilters = Mapping[str, Mapping[str, FilterValue]]
+
+
+@dataclass(frozen=True)
+class OfferQuery:
+    """The spec's part of an offer search; ray-vast adds its own filters and the fixed order."""
+
+    filters: OfferFilters
+    type: Literal["on-demand", "bid"]
+    max_bid_dollars_per_hour: float | None
+    min_reliability: float
+    limit: int
+
+    def price_floor(self) -> float | None:
+        """The lowest `dph_total` the filters allow, if they bound it from below."""
+        ops = {**self.filters.get("dph", {}), **self.filters.get("dph_total", {})}
+        bounds = [ops[op] for op in ("gte", "gt", "eq") if op in ops]
+        numbers = [float(b) for b in bounds if isinstance(b, int | float | str) and _is_number(b)]
+        return max(numbers) if numbers else None
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """One kind of worker machine."""
+
+    name: str
+    min_workers: int
+    max_workers: int
+    offer: OfferQuery
+    image: str
+    disk_gb: float
+    candidate_factor: int
+    pull_limit_seconds: int
+    agent: bool
+    env: Mapping[str, str]
+    ray_resources: Mapping[str, float]
+    ray_labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Where machines are rented. The API key is never part of the spec."""
+
+    type: Literal["vast", "vastsim"]
+    url: str
+    market: str | None
+
+
+@dataclass(frozen=True)
+class Head:
+    """The machine that runs `ray-vast watch` and the Ray head."""
+
+    address: str
+    ray_port: int
+    enroll_port: int
+    heartbeat_port: int
+    metrics_port: int
+
+
+@dataclass(frozen=True)
+class Watchdogs:
+    """Thresholds, in seconds; see the schema for what each one ends."""
+
+    heartbeat_interval_seconds: int
+    worker_gives_up_after_seconds: int
+    went_silent_after_seconds: int
+    enrollment_limit_seconds: int
+    candidate_self_destroy_seconds: int
+    never_reported_seconds: int
+    provision_deadline_seconds: int
+    missing_from_listing_seconds: int
+    lost_after_seconds: int
+    orphan_grace_seconds: int
+    idle_stop_after_seconds: int
+    idle_destroy_after_seconds: int
+    pool_idle_release_seconds: int
+    queue_wait_timeout_seconds: int
+    report_wait_seconds: int
+    self_destroy_retry_seconds: int
+    bootloader_give_up_seconds: int
+
+
+@dataclass(frozen=True)
+class Cadences:
+    """How often each watchdog runs, in seconds (DESIGN.md section 5)."""
+
+    idle_scan_seconds: int
+    auto_stop_seconds: int
+    auto_destroy_seconds: int
+    boot_failure_seconds: int
+    provision_deadline_seconds: int
+    went_silent_seconds: int
+    lost_seconds: int
+    orphan_sweep_seconds: int
+    pool_idle_release_seconds: int
+    queue_wait_seconds: int
+    no_consumer_seconds: int
+    stuck_dispatch_seconds: int
+    reconcile_seconds: int
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """Rent-loop breaker: `slots` empty slots in a row pause a node type for `pause_seconds`."""
+
+    slots: int
+    pause_seconds: int
+
+
+@dataclass(frozen=True)
+class Blocklist:
+    """How long a host is skipped, by the reason it failed."""
+
+    timeout: int
+    network: int
+    boot: int
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """Where a cluster was declared, so every later message can point back at it."""
+
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """One cluster as declared."""
+
+    name: str
+    description: str
+    provider: Provider
+    head: Head
+    max_dollars_per_hour: float
+    node_types: Mapping[str, NodeType]
+    watchdogs: Watchdogs
+    cadences: Cadences
+    breaker: Breaker
+    blocklist: Blocklist
+    allow_short_thresholds: bool
+    source: SourceRef = field(compare=False)
+    digest: str = ""

@@ -1,0 +1,83 @@
+"""Build the typed model from a schema-valid document with its defaults filled in.
+
+The schema has already vouched for every type and every key, so this module only maps names; it
+never decides a default (those live in the schema).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+from reconciler.model.spec import (
+    Blocklist,
+    Breaker,
+    Cadences,
+    ClusterSpec,
+    FilterValue,
+    Head,
+    NodeType,
+    OfferQuery,
+    Provider,
+    SourceRef,
+    Watchdogs,
+)
+
+
+def cluster(doc: dict[str, Any], *, source: SourceRef, digest: str) -> ClusterSpec:
+    spec = doc["spec"]
+    return ClusterSpec(
+        name=doc["metadata"]["name"],
+        description=doc["metadata"]["description"],
+        provider=Provider(**spec["provider"]),
+        head=Head(**spec["head"]),
+        max_dollars_per_hour=float(spec["max_dollars_per_hour"]),
+        node_types=MappingProxyType(
+            {name: node_type(name, body) for name, body in spec["node_types"].items()}
+        ),
+        watchdogs=Watchdogs(**spec["watchdogs"]),
+        cadences=Cadences(**spec["cadences"]),
+        breaker=Breaker(**spec["breaker"]),
+        blocklist=Blocklist(**spec["blocklist_seconds"]),
+        allow_short_thresholds=spec["testing"]["allow_short_thresholds"],
+        source=source,
+        digest=digest,
+    )
+
+
+def node_type(name: str, body: dict[str, Any]) -> NodeType:
+    return NodeType(
+        name=name,
+        min_workers=body["min_workers"],
+        max_workers=body["max_workers"],
+        offer=offer_query(body["offer"]),
+        image=body["image"],
+        disk_gb=float(body["disk_gb"]),
+        candidate_factor=body["candidate_factor"],
+        pull_limit_seconds=body["pull_limit_seconds"],
+        agent=body["agent"],
+        env=MappingProxyType(dict(body["env"])),
+        ray_resources=MappingProxyType({k: float(v) for k, v in body["ray_resources"].items()}),
+        ray_labels=MappingProxyType(dict(body["ray_labels"])),
+    )
+
+
+def offer_query(body: dict[str, Any]) -> OfferQuery:
+    filters = {
+        field: MappingProxyType({op: _frozen(value) for op, value in ops.items()})
+        for field, ops in body["filters"].items()
+    }
+    return OfferQuery(
+        filters=MappingProxyType(filters),
+        type=body["type"],
+        max_bid_dollars_per_hour=body["max_bid_dollars_per_hour"],
+        min_reliability=float(body["min_reliability"]),
+        limit=body["limit"],
+    )
+
+
+def _frozen(value: Any) -> FilterValue:
+    if isinstance(value, list):
+        return tuple(value)
+    result: FilterValue = value
+    return result

@@ -1,0 +1,191 @@
+"""Semantic checks: what a JSON Schema cannot say about a cluster spec.
+
+Each check is a small function that reads a built cluster (and the filled document for positions)
+and appends diagnostics. They run only on documents that passed the schema, so they can trust
+types and keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from reconciler.model.diagnostics import Diagnostics
+from reconciler.model.spec import ClusterSpec
+from reconciler.spec.schema import floors
+from reconciler.spec.yamlread import JsonPath, Positions
+
+# Variables the agent and vast set in the container; a spec may not shadow them.
+RESERVED_ENV = ("VAST_API_KEY", "CONTAINER_API_KEY", "CONTAINER_ID", "PUBLIC_IPADDR")
+RESERVED_ENV_PREFIXES = ("RV_", "VAST_TCP_PORT_", "VAST_UDP_PORT_")
+
+Check = Callable[[ClusterSpec, dict[str, Any], Positions, Diagnostics], None]
+
+
+def check_cluster(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    for check in CHECKS:
+        check(cluster, doc, positions, diags)
+
+
+def check_across(
+    loaded: Iterable[tuple[ClusterSpec, Any, Positions]], diags: Diagnostics
+) -> None:
+    """Checks between documents: a cluster name may be declared only once."""
+    first_seen: dict[str, Positions] = {}
+    for cluster, _, positions in loaded:
+        name_path: JsonPath = ("metadata", "name")
+        if cluster.name in first_seen:
+            first = first_seen[cluster.name].at(name_path)
+            diags.error(
+                f"cluster {cluster.name!r} is declared twice",
+                positions.at(name_path),
+                detail=f"first declared at {first.file}:{first.line}",
+            )
+        else:
+            first_seen[cluster.name] = positions
+
+
+def check_workers(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    for name, node_type in cluster.node_types.items():
+        if node_type.min_workers > node_type.max_workers:
+            diags.error(
+                f"min_workers ({node_type.min_workers}) is more than "
+                f"max_workers ({node_type.max_workers})",
+                positions.at(("spec", "node_types", name, "min_workers")),
+            )
+
+
+def check_floors(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    if cluster.allow_short_thresholds:
+        return
+    for pattern, floor in floors():
+        for path, value in _matching(doc, pattern):
+            if isinstance(value, int | float) and value < floor:
+                diags.error(
+                    f"{path[-1]} is {value}, under its floor of {floor}",
+                    positions.at(path),
+                    detail="floors keep a misconfiguration from ending healthy machines",
+                )
+
+
+def check_testing(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    if cluster.allow_short_thresholds and cluster.provider.type != "vastsim":
+        diags.error(
+            "allow_short_thresholds is accepted only with provider.type: vastsim",
+            positions.at(("spec", "testing", "allow_short_thresholds")),
+        )
+    if cluster.provider.market is not None and cluster.provider.type != "vastsim":
+        diags.error(
+            "provider.market is only for provider.type: vastsim",
+            positions.at(("spec", "provider", "market")),
+        )
+
+
+def check_timers(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    w = cluster.watchdogs
+    base: JsonPath = ("spec", "watchdogs")
+    if w.idle_destroy_after_seconds <= w.idle_stop_after_seconds:
+        diags.error(
+            f"idle_destroy_after_seconds ({w.idle_destroy_after_seconds}) must be after "
+            f"idle_stop_after_seconds ({w.idle_stop_after_seconds})",
+            positions.at((*base, "idle_destroy_after_seconds")),
+            detail="stop is reversible and destroy is not, so stop must come first",
+        )
+    for name in ("worker_gives_up_after_seconds", "went_silent_after_seconds"):
+        value = getattr(w, name)
+        if value <= 2 * w.heartbeat_interval_seconds:
+            diags.error(
+                f"{name} ({value}) must be more than two heartbeats "
+                f"({2 * w.heartbeat_interval_seconds})",
+                positions.at((*base, name)),
+                detail="otherwise one late heartbeat ends a healthy worker",
+            )
+
+
+def check_ports(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    seen: dict[int, str] = {}
+    for name in ("ray_port", "enroll_port", "heartbeat_port", "metrics_port"):
+        port = getattr(cluster.head, name)
+        if port in seen:
+            # Point at whichever of the two the user wrote; the other may be a default.
+            written = name if ("spec", "head", name) in positions.keys else seen[port]
+            diags.error(
+                f"head.{name} {port} clashes with head.{seen[port]}",
+                positions.at(("spec", "head", written)),
+            )
+        else:
+            seen[port] = name
+
+
+def check_budget(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    """min_workers at the cheapest price the filters allow must fit the budget."""
+    need = 0.0
+    parts = []
+    for name, node_type in cluster.node_types.items():
+        floor = node_type.offer.price_floor()
+        if floor is not None and node_type.min_workers:
+            need += floor * node_type.min_workers
+            parts.append(f"{name}: {node_type.min_workers} x ${floor:.2f}/h")
+    if need > cluster.max_dollars_per_hour:
+        diags.error(
+            f"max_dollars_per_hour {cluster.max_dollars_per_hour:.2f} cannot fit min_workers "
+            f"at the cheapest allowed price (${need:.2f}/h)",
+            positions.at(("spec", "max_dollars_per_hour")),
+            detail="; ".join(parts),
+        )
+
+
+def check_node_types(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    for name, node_type in cluster.node_types.items():
+        base: JsonPath = ("spec", "node_types", name)
+        if node_type.offer.max_bid_dollars_per_hour is not None and node_type.offer.type != "bid":
+            diags.error(
+                "max_bid_dollars_per_hour needs offer.type: bid",
+                positions.at((*base, "offer", "max_bid_dollars_per_hour")),
+            )
+        for key in node_type.env:
+            if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
+                diags.error(
+                    f"env {key!r} is reserved for vast and the ray-vast agent",
+                    positions.at((*base, "env", key), prefer_key=True),
+                )
+
+
+def _matching(doc: Any, pattern: JsonPath, path: JsonPath = ()) -> Iterable[tuple[JsonPath, Any]]:
+    """Values of `doc` at a path pattern where `*` matches any key."""
+    if not pattern:
+        yield path, doc
+        return
+    if not isinstance(doc, dict):
+        return
+    head, rest = pattern[0], pattern[1:]
+    keys = list(doc) if head == "*" else [head] if head in doc else []
+    for key in keys:
+        yield from _matching(doc[key], rest, (*path, key))
+
+
+CHECKS: tuple[Check, ...] = (
+    check_workers,
+    check_floors,
+    check_testing,
+    check_timers,
+    check_ports,
+    check_budget,
+    check_node_types,
+)

@@ -29,9 +29,7 @@ def check_cluster(
         check(cluster, doc, positions, diags)
 
 
-def check_across(
-    loaded: Iterable[tuple[ClusterSpec, Any, Positions]], diags: Diagnostics
-) -> None:
+def check_across(loaded: Iterable[tuple[ClusterSpec, Any, Positions]], diags: Diagnostics) -> None:
     """Checks between documents: a cluster name may be declared only once."""
     first_seen: dict[str, Positions] = {}
     for cluster, _, positions in loaded:

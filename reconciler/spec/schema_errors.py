@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from jsonschema import ValidationError
 
@@ -33,8 +33,14 @@ def report(data: Any, positions: Positions, diags: Diagnostics) -> None:
         diags.error("a cluster document must be a mapping", positions.at(()))
         return
     errors = sorted(cluster_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+    missing_seen: set[tuple[JsonPath, str]] = set()
     for error in _leaves(errors):
-        _report_one(error, positions, diags)
+        if positions.is_broken(tuple(error.absolute_path)):
+            continue
+        if error.validator == "required":
+            _missing(error, positions, diags, missing_seen)
+        else:
+            _report_one(error, positions, diags)
 
 
 def _leaves(errors: Iterable[ValidationError]) -> Iterable[ValidationError]:
@@ -52,9 +58,6 @@ def _report_one(error: ValidationError, positions: Positions, diags: Diagnostics
         _unknown_keys(error, path, positions, diags)
     elif "propertyNames" in error.relative_schema_path:
         _bad_key(error, path, positions, diags)
-    elif error.validator == "required":
-        missing = _missing(error)
-        diags.error(f"missing required field {missing!r}", positions.at(path, prefer_key=True))
     else:
         diags.error(_message(error), positions.at(path))
 
@@ -62,7 +65,8 @@ def _report_one(error: ValidationError, positions: Positions, diags: Diagnostics
 def _unknown_keys(
     error: ValidationError, path: JsonPath, positions: Positions, diags: Diagnostics
 ) -> None:
-    allowed = set(error.schema.get("properties", {}))
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    allowed = set(schema.get("properties", {}))
     instance = error.instance if isinstance(error.instance, dict) else {}
     for key in instance:
         if key in allowed:
@@ -76,12 +80,14 @@ def _unknown_keys(
 def _bad_key(
     error: ValidationError, path: JsonPath, positions: Positions, diags: Diagnostics
 ) -> None:
-    key = error.instance
+    key = str(error.instance)
     location = positions.at((*path, key), prefer_key=True)
     if error.validator == "pattern":
-        diags.error(
-            f"name {key!r} is not allowed: use lowercase letters, digits and hyphens", location
-        )
+        if path and path[-1] == "node_types":
+            rule = "use lowercase letters, digits and hyphens"
+        else:
+            rule = f"keys here must match {_expected(error)}"
+        diags.error(f"key {key!r} is not allowed: {rule}", location)
         return
     names = property_names(cluster_schema(), path)
     diags.error(f"unknown offer field {key!r}{_hint(str(key), names)}", location)
@@ -98,35 +104,54 @@ def _hint(key: str, candidates: list[str]) -> str:
     return ""
 
 
-def _missing(error: ValidationError) -> str:
-    required = error.validator_value
+def _missing(
+    error: ValidationError,
+    positions: Positions,
+    diags: Diagnostics,
+    seen: set[tuple[JsonPath, str]],
+) -> None:
+    """jsonschema repeats a `required` error per missing name; report each name once."""
+    path: JsonPath = tuple(error.absolute_path)
     instance = error.instance if isinstance(error.instance, dict) else {}
-    missing = [name for name in required if name not in instance]
-    return missing[0] if missing else str(required)
+    for name in _expected(error):
+        if name in instance or (path, name) in seen:
+            continue
+        seen.add((path, name))
+        diags.error(f"missing required field {name!r}", positions.at(path, prefer_key=True))
+
+
+BOUND_WORDS = {
+    "minimum": "at least",
+    "exclusiveMinimum": "greater than",
+    "maximum": "at most",
+    "exclusiveMaximum": "less than",
+}
 
 
 def _message(error: ValidationError) -> str:
     field = format_path(tuple(error.absolute_path)) or "document"
     value = _short(error.instance)
-    kind = error.validator
-    expected = error.validator_value
-    if kind == "type":
-        return f"{field} must be {_type_words(expected)}, not {value}"
-    if kind == "const":
-        return f"{field} must be {expected!r}, not {value}"
-    if kind == "enum":
-        return f"{field} must be one of {', '.join(map(repr, expected))}, not {value}"
-    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        word = {
-            "minimum": "at least",
-            "exclusiveMinimum": "greater than",
-            "maximum": "at most",
-            "exclusiveMaximum": "less than",
-        }[str(kind)]
-        return f"{field} must be {word} {expected}, not {value}"
+    kind = str(error.validator)
+    expected = _expected(error)
+    if kind in ("minProperties", "minLength", "minItems") and expected == 1:
+        return f"{field} must not be empty"
+    wanted = {
+        "type": lambda: _type_words(expected),
+        "const": lambda: repr(expected),
+        "enum": lambda: "one of " + ", ".join(map(repr, expected)),
+    }
+    if kind in wanted:
+        return f"{field} must be {wanted[kind]()}, not {value}"
+    if kind in BOUND_WORDS:
+        return f"{field} must be {BOUND_WORDS[kind]} {expected}, not {value}"
     if kind == "pattern":
         return f"{field} {value} does not have the expected form ({expected})"
     return f"{field}: {error.message[:200]}"
+
+
+def _expected(error: ValidationError) -> Any:
+    """The keyword's value in the schema (the stubs allow "unset"; a real error always has it)."""
+    return cast(Any, error.validator_value)
 
 
 def _type_words(expected: Any) -> str:

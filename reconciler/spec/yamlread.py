@@ -46,6 +46,11 @@ class Positions:
     values: dict[JsonPath, tuple[int, int]] = field(default_factory=dict)
     keys: dict[JsonPath, tuple[int, int]] = field(default_factory=dict)
     document_line: int = 1
+    # Values that could not be read at all; they are already reported, so later checks skip them.
+    broken: set[JsonPath] = field(default_factory=set)
+
+    def is_broken(self, path: JsonPath) -> bool:
+        return any(path[: len(b)] == b for b in self.broken)
 
     def at(self, path: JsonPath, *, prefer_key: bool = False) -> Location:
         """The location of `path`, or of its nearest ancestor that has one."""
@@ -105,11 +110,14 @@ class _Builder:
         self.stack: set[int] = set()
         self.ok = True
 
-    def fail(self, summary: str, node: Node, path: JsonPath) -> None:
+    def fail(self, summary: str, node: Node, path: JsonPath, *, at_key: bool = False) -> None:
         self.ok = False
+        self.positions.broken.add(path)
         mark = node.start_mark
-        loc = Location(self.positions.file, mark.line + 1, mark.column + 1, format_path(path))
-        self.diags.error(summary, loc)
+        line, column = mark.line + 1, mark.column + 1
+        if at_key and path in self.positions.keys:
+            line, column = self.positions.keys[path]
+        self.diags.error(summary, Location(self.positions.file, line, column, format_path(path)))
 
     def build(self, node: Node, path: JsonPath) -> Any:
         self.visited += 1
@@ -117,9 +125,12 @@ class _Builder:
             if self.visited == MAX_NODES + 1:
                 self.fail(f"document too large (more than {MAX_NODES} values)", node, path)
             return None
-        self.positions.values.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+        self.positions.values.setdefault(
+            path, (node.start_mark.line + 1, node.start_mark.column + 1)
+        )
         if id(node) in self.stack:
-            self.fail("recursive YAML alias", node, path)
+            # An alias shares its node with the anchor; the key says where it was written.
+            self.fail("recursive YAML alias", node, path, at_key=True)
             return None
         self.stack.add(id(node))
         try:

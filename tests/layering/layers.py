@@ -1,0 +1,154 @@
+"""The layering rules of DESIGN.md section 2, checked by reading imports with `ast`.
+
+- `reconciler/model`, `reconciler/planning`, `reconciler/nets` are the pure core: no I/O modules,
+  no third-party clients, no other reconciler layer that does I/O, and no reading of the clock.
+- Inside `reconciler`, only `reconciler/vast` imports httpx.
+- `agent` and `reconciler` never import each other; `vastsim` imports neither.
+- `agent` imports only the standard library (it runs inside the user's image).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PURE = ("reconciler/model", "reconciler/planning", "reconciler/nets")
+IO_MODULES = frozenset(
+    {
+        "asyncio",
+        "http",
+        "httpx",
+        "io",
+        "jsonschema",
+        "os",
+        "pathlib",
+        "random",
+        "ray",
+        "requests",
+        "secrets",
+        "select",
+        "selectors",
+        "shutil",
+        "signal",
+        "socket",
+        "sqlite3",
+        "ssl",
+        "subprocess",
+        "tempfile",
+        "tenacity",
+        "threading",
+        "time",
+        "typer",
+        "urllib",
+        "yaml",
+        "cryptography",
+        "rich",
+        "logging",
+    }
+)
+IMPURE_LAYERS = (
+    "reconciler.applying",
+    "reconciler.cli",
+    "reconciler.head",
+    "reconciler.spec",
+    "reconciler.state",
+    "reconciler.vast",
+    "reconciler.views",
+    "reconciler.watch",
+    "reconciler.clock",
+)
+CLOCK_CALLS = frozenset({"now", "utcnow", "today", "time", "monotonic", "perf_counter"})
+IMPURE_BUILTINS = frozenset({"open", "print", "input"})
+
+
+@dataclass(frozen=True)
+class Violation:
+    file: str
+    line: int
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.rule}"
+
+
+def imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+            for alias in node.names:
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def _top(name: str) -> str:
+    return name.split(".", maxsplit=1)[0]
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def check_file(root: Path, path: Path) -> list[Violation]:
+    rel = path.relative_to(root).as_posix()
+    tree = ast.parse(path.read_text(), filename=rel)
+    found: list[Violation] = []
+
+    def flag(line: int, rule: str) -> None:
+        found.append(Violation(rel, line, rule))
+
+    pure = rel.startswith(PURE)
+    for line, name in imports(tree):
+        if pure and _top(name) in IO_MODULES:
+            flag(line, f"pure core imports I/O module {name!r}")
+        if pure and any(_within(name, layer) for layer in IMPURE_LAYERS):
+            flag(line, f"pure core imports {name!r}")
+        if (
+            rel.startswith("reconciler/")
+            and _top(name) == "httpx"
+            and not rel.startswith("reconciler/vast/")
+        ):
+            flag(line, "only reconciler/vast may import httpx")
+        if rel.startswith("reconciler/") and _top(name) in ("agent", "vastsim"):
+            flag(line, f"reconciler imports {name!r}")
+        if rel.startswith("agent/") and _top(name) in ("reconciler", "vastsim"):
+            flag(line, f"agent imports {name!r}")
+        if rel.startswith("agent/") and _top(name) not in sys.stdlib_module_names | {"agent"}:
+            flag(line, f"agent imports non-standard-library module {name!r}")
+        if rel.startswith("vastsim/") and _top(name) in ("reconciler", "agent"):
+            flag(line, f"vastsim imports {name!r}")
+    if pure:
+        found += _impure_calls(rel, tree)
+    return found
+
+
+def _impure_calls(rel: str, tree: ast.AST) -> list[Violation]:
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in IMPURE_BUILTINS:
+            found.append(Violation(rel, node.lineno, f"pure core calls {func.id}()"))
+        if isinstance(func, ast.Attribute) and func.attr in CLOCK_CALLS:
+            found.append(Violation(rel, node.lineno, f"pure core reads the clock ({func.attr}())"))
+    return found
+
+
+def check_tree(root: Path) -> list[Violation]:
+    found: list[Violation] = []
+    for package in ("reconciler", "agent", "vastsim"):
+        for path in sorted((root / package).rglob("*.py")):
+            found += check_file(root, path)
+    return found
+
+
+if __name__ == "__main__":
+    problems = check_tree(Path(__file__).resolve().parents[2])
+    for problem in problems:
+        print(problem)
+    sys.exit(1 if problems else 0)

@@ -1,0 +1,54 @@
+"""The layering rules hold for the repository, and the check really catches a breach."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.layering.layers import check_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_repository_respects_the_layers() -> None:
+    assert [str(v) for v in check_tree(ROOT)] == []
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    for package in ("reconciler", "agent", "vastsim"):
+        shutil.copytree(ROOT / package, tmp_path / package)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "rule"),
+    [
+        ("reconciler/model/spec.py", "import httpx", "pure core imports I/O module 'httpx'"),
+        ("reconciler/model/spec.py", "import socket", "pure core imports I/O module 'socket'"),
+        (
+            "reconciler/planning/__init__.py",
+            "from reconciler.vast import client",
+            "pure core imports",
+        ),
+        ("reconciler/nets/__init__.py", "import time", "pure core imports I/O module 'time'"),
+        ("reconciler/nets/__init__.py", "x = open('f')", "pure core calls open()"),
+        (
+            "reconciler/model/spec.py",
+            "import datetime\nx = datetime.datetime.now()",
+            "reads the clock",
+        ),
+        ("reconciler/spec/loader.py", "import httpx", "only reconciler/vast may import httpx"),
+        ("reconciler/cli.py", "import agent", "reconciler imports 'agent'"),
+        ("agent/__init__.py", "import reconciler", "agent imports 'reconciler'"),
+        ("agent/__init__.py", "import yaml", "agent imports non-standard-library module 'yaml'"),
+        ("vastsim/__init__.py", "from reconciler import cli", "vastsim imports 'reconciler'"),
+    ],
+)
+def test_a_forbidden_import_is_caught(tree: Path, file: str, line: str, rule: str) -> None:
+    target = tree / file
+    target.write_text(target.read_text() + "\n" + line + "\n")
+    violations = [str(v) for v in check_tree(tree)]
+    assert any(file in v and rule in v for v in violations), violations

@@ -8,7 +8,7 @@ Two directions live here because both are the provider's vocabulary:
 
 - observations: `Offer` (a row of a search), `Instance` (a row of the listing or of a show),
   `CreatedInstance` (the answer to a create);
-- requests: `OfferQuery` (a search as structured data) and `CreateRequest` (what to rent it with).
+- requests: `OfferSearch` (a search as structured data) and `CreateRequest` (what to rent it with).
 
 Conventions taken from the wire (see `reference/vast-api.md`): money is $/h (`dph_*`) or $/GB/month
 (`storage_cost`); `gpu_ram` and `cpu_ram` are MB; `disk_space` is GB; times are float epoch seconds.
@@ -140,9 +140,10 @@ class Filter:
 
 
 @dataclasses.dataclass(frozen=True)
-class OfferQuery:
-    """An offer search as data. The order is not part of it: ray-vast always sorts by `dph_total`
-    ascending, and users cannot change that.
+class OfferSearch:
+    """An offer search as data, as sent to vast (the spec's `model.spec.OfferQuery` plus ray-vast's
+    own filters). The order is not part of it: ray-vast always sorts by `dph_total` ascending, and
+    users cannot change that.
 
     `allocated_storage` (GB) is the disk the search prices into `dph_total`; pass the disk the
     create will ask for, so the price searched is the price billed.
@@ -169,7 +170,7 @@ class OfferQuery:
         type: OfferType = "on-demand",
         limit: int = 100,
         allocated_storage: float = 10.0,
-    ) -> OfferQuery:
+    ) -> OfferSearch:
         """Build a query from vast's own shape, `{field: {op: value}}`."""
         parsed = tuple(
             Filter(field, _as_op(op), tuple(value) if isinstance(value, list) else value)

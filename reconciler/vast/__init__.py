@@ -2,7 +2,7 @@
 
     from reconciler.vast import client_from_settings
     vast = client_from_settings(env=os.environ, spec_url=None, clock=SystemClock())
-    offers = vast.search_offers(OfferQuery.of({"num_gpus": {"eq": 1}}))
+    offers = vast.search_offers(OfferSearch.of({"num_gpus": {"eq": 1}}))
 
 See `client` for the operations, `errors` for the error tree, `retry` for what is retried.
 """

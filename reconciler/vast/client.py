@@ -97,7 +97,7 @@ class VastClient:
 
     # --- offers and creating -------------------------------------------------------------------
 
-    def search_offers(self, query: observed.OfferQuery) -> list[observed.Offer]:
+    def search_offers(self, query: observed.OfferSearch) -> list[observed.Offer]:
         """Offers matching `query`, cheapest (`dph_total`) first."""
         offers = self._call(endpoints.SEARCH, parse.offers, json=wire.search_body(query))
         return sorted(offers, key=lambda o: o.dph_total)

@@ -18,7 +18,7 @@ LIST_ORDER = ({"col": "id", "dir": "asc"},)
 SHOW_PARAMS = {"owner": "me"}
 
 
-def search_body(query: observed.OfferQuery) -> dict[str, object]:
+def search_body(query: observed.OfferSearch) -> dict[str, object]:
     body: dict[str, object] = {}
     for f in query.filters:
         value = list(f.value) if isinstance(f.value, tuple) else f.value

@@ -1,0 +1,28 @@
+"""What one reconcile saw: the listing, the offers searched, and the demand, all read at once.
+
+`listing` is None when vast could not be listed completely: a failed, empty-by-error or partial
+listing is "unknown", never "all gone" (DESIGN.md rule 5), and the planner refuses to plan on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from reconciler.model.observed import Instance, Offer
+
+NodeKey = tuple[str, str]  # (cluster, node type)
+
+
+@dataclass(frozen=True)
+class Observation:
+    listing: tuple[Instance, ...] | None
+    offers: Mapping[NodeKey, tuple[Offer, ...]] = field(default_factory=dict)
+    demand: Mapping[NodeKey, int] = field(default_factory=dict)
+    listing_error: str | None = None
+
+    def by_id(self) -> dict[int, Instance]:
+        return {i.id: i for i in self.listing or ()}
+
+    def by_label(self) -> dict[str, Instance]:
+        return {i.label: i for i in self.listing or () if i.label}

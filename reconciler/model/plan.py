@@ -1,0 +1,125 @@
+"""A plan is inert data: what to do, to which record, why, and what it does to $/h.
+
+`reason` is a ledger class: it explains the action to people and routes it in the ledger, but the
+executor never branches on it (Terraform's ActionReason rule). The executor reads only `kind` and
+the fields that say what to call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from reconciler.model.records import Records
+
+FORMAT_VERSION = "1.0"
+
+
+class ActionKind(StrEnum):
+    RENT = "rent"
+    DESTROY = "destroy"
+    STOP = "stop"
+    START = "start"
+    ADOPT = "adopt"
+    FORGET = "forget"
+    BLOCKLIST = "blocklist"
+    PAUSE = "pause"
+    MARK_LOST = "mark-lost"
+
+
+# Actions that call the provider, and so need intent recorded before them.
+PROVIDER_ACTIONS = frozenset(
+    {ActionKind.RENT, ActionKind.DESTROY, ActionKind.STOP, ActionKind.START}
+)
+
+
+@dataclass(frozen=True)
+class OfferChoice:
+    """The offer a rent expects to take; the executor re-checks it right before renting."""
+
+    offer_id: int
+    machine_id: int
+    host_id: int
+    dph_total: float
+    storage_dph: float
+    gpu_name: str | None
+    num_gpus: int | None
+    reliability: float | None
+    geolocation: str | None
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: ActionKind
+    cluster: str
+    reason: str
+    detail: str = ""
+    node_type: str | None = None
+    record: str | None = None
+    vast_id: int | None = None
+    request: str | None = None
+    slot: str | None = None
+    label: str | None = None
+    offer: OfferChoice | None = None
+    host_id: int | None = None
+    until: float | None = None
+    dph_delta: float = 0.0
+
+
+@dataclass(frozen=True)
+class SkippedOffer:
+    cluster: str
+    node_type: str
+    offer_id: int
+    host_id: int
+    dph_total: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """An instance labelled for one of our clusters by another state: shown, never acted on."""
+
+    cluster: str
+    vast_id: int
+    label: str
+    dph_total: float
+    actual_status: str | None
+
+
+@dataclass(frozen=True)
+class ClusterCost:
+    cluster: str
+    before: float
+    after: float
+    cap: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    created_at: float
+    lineage: str
+    serial: int
+    listing_fingerprint: str
+    actions: tuple[Action, ...]
+    costs: tuple[ClusterCost, ...]
+    skipped: tuple[SkippedOffer, ...] = ()
+    foreign: tuple[Foreign, ...] = ()
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    # The records after the plan's bookkeeping (refresh, requests placed, blocklist, breaker),
+    # before any provider action; apply starts from these.
+    records: Records = field(default_factory=Records)
+    format_version: str = field(default=FORMAT_VERSION)
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.actions)
+
+    @property
+    def errored(self) -> bool:
+        return bool(self.errors)
+
+    def count(self, kind: ActionKind) -> int:
+        return sum(1 for a in self.actions if a.kind is kind)

@@ -1,0 +1,196 @@
+"""The recorded state: one record per thing the reconciler answers for (DESIGN.md section 3).
+
+Records are immutable; a decision produces new records with `dataclasses.replace`. Every record
+that can be acted on carries `managed_by` (the lineage of the state that made it) and `intent`,
+because a row that reads a machine's state must also read whether we answer for that state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Intent(StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"
+    DESTROYED = "destroyed"
+
+
+class Role(StrEnum):
+    CANDIDATE = "candidate"
+    WORKER = "worker"
+
+
+class Phase(StrEnum):
+    """Where one instance is in its life (DESIGN.md section 4)."""
+
+    PENDING_CREATE = "pending-create"
+    RENTING = "renting"
+    PULLING = "pulling"
+    RUNNING = "running"
+    ENROLLED = "enrolled"
+    SERVING = "serving"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    DESTROYING = "destroying"
+    DESTROYED = "destroyed"
+
+
+class RequestStatus(StrEnum):
+    OPEN = "open"
+    FILLED = "filled"
+    EXPIRED = "expired"
+    RELEASED = "released"
+
+
+LABEL_PREFIX = "rv"
+
+
+def label_for(cluster: str, lineage: str, record_id: str) -> str:
+    """The ownership mark every instance we create carries: `rv.<cluster>.<lineage8>.<id>`."""
+    return f"{LABEL_PREFIX}.{cluster}.{lineage[:8]}.{record_id}"
+
+
+@dataclass(frozen=True)
+class LabelInfo:
+    cluster: str
+    lineage8: str
+    record_id: str
+
+
+def parse_label(label: str | None) -> LabelInfo | None:
+    """The parts of a ray-vast label, or None for anything that is not one."""
+    if not label:
+        return None
+    parts = label.split(".")
+    if len(parts) != 4 or parts[0] != LABEL_PREFIX or not all(parts[1:]):
+        return None
+    return LabelInfo(parts[1], parts[2], parts[3])
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    """One vast instance we rented (or are about to rent): a candidate or a worker."""
+
+    id: str
+    cluster: str
+    node_type: str
+    managed_by: str
+    label: str
+    role: Role
+    intent: Intent
+    phase: Phase
+    created_at: float
+    offer_id: int
+    machine_id: int
+    host_id: int
+    dph_total: float
+    storage_dph: float = 0.0
+    request_id: str | None = None
+    slot_id: str | None = None
+    vast_id: int | None = None
+    first_observed_at: float | None = None
+    first_running_at: float | None = None
+    provider_seen_at: float | None = None
+    probe_ok_at: float | None = None
+    self_report_at: float | None = None
+    enrolled_at: float | None = None
+    public_ip: str | None = None
+    stop_due_at: float | None = None
+    destroy_due_at: float | None = None
+    pinned: bool = False
+    exempt: bool = False
+    lost: bool = False
+    ended_reason: str | None = None
+    ended_at: float | None = None
+
+    @property
+    def live(self) -> bool:
+        """Scans skip destroyed records (rule 4): nothing re-arms against a dead instance."""
+        return self.phase is not Phase.DESTROYED
+
+    @property
+    def billing_dph(self) -> float:
+        """What this record costs per hour as recorded: full price running, storage stopped."""
+        if self.phase is Phase.DESTROYED:
+            return 0.0
+        if self.phase in (Phase.STOPPED, Phase.STOPPING):
+            return self.storage_dph
+        return self.dph_total
+
+
+@dataclass(frozen=True)
+class Slot:
+    id: str
+    worker: str | None = None
+    ended_without_worker: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    """The n slots of one scale-up of one node type; the deadline is fixed when placed."""
+
+    id: str
+    cluster: str
+    node_type: str
+    managed_by: str
+    placed_at: float
+    provision_deadline: float
+    slots: tuple[Slot, ...]
+    status: RequestStatus = RequestStatus.OPEN
+
+    @property
+    def open_slots(self) -> tuple[Slot, ...]:
+        return tuple(s for s in self.slots if s.worker is None and not s.ended_without_worker)
+
+
+@dataclass(frozen=True)
+class BlockEntry:
+    host_id: int
+    until: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    consecutive_empty: int = 0
+    paused_until: float | None = None
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    name: str
+    spec_digest: str
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class Records:
+    """Everything the state file remembers, keyed for lookup."""
+
+    instances: Mapping[str, InstanceRecord] = field(default_factory=dict)
+    requests: Mapping[str, Request] = field(default_factory=dict)
+    blocklist: Mapping[str, Mapping[int, BlockEntry]] = field(default_factory=dict)
+    breakers: Mapping[str, BreakerState] = field(default_factory=dict)
+    clusters: Mapping[str, ClusterRecord] = field(default_factory=dict)
+    next_id: int = 1
+
+    def live_instances(self, cluster: str | None = None) -> list[InstanceRecord]:
+        return [
+            r
+            for r in self.instances.values()
+            if r.live and (cluster is None or r.cluster == cluster)
+        ]
+
+    def by_vast_id(self) -> dict[int, InstanceRecord]:
+        return {r.vast_id: r for r in self.instances.values() if r.vast_id is not None}
+
+    def blocked_hosts(self, cluster: str, now: float) -> dict[int, BlockEntry]:
+        entries = self.blocklist.get(cluster, {})
+        return {host: e for host, e in entries.items() if e.until > now}
+
+
+def breaker_key(cluster: str, node_type: str) -> str:
+    return f"{cluster}/{node_type}"

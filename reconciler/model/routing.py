@@ -1,0 +1,77 @@
+"""The ledger's routing table: every detection class goes to a fixed set of outcomes.
+
+Detections do not each carry their own destroy logic (DESIGN.md rule 8). A net names a class; this
+table says what follows from it. A class the table does not know routes to "alert a human", never
+to a retry: retrying an unclassified permanent failure spends real money to reach the same answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    NOTHING = "do-nothing"
+    RETRY = "retry-same-machine"
+    FAIL_JOB = "fail-the-job"
+    REPLACE = "replace-the-machine"
+    BLOCKLIST = "stop-using-that-hardware"
+    HALT = "halt-provisioning"
+    ALERT = "alert-a-human"
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a class leads to: outcomes, whether the machine is ended, and the blocklist reason."""
+
+    outcomes: tuple[Outcome, ...]
+    ends_machine: bool = True
+    blocklist: str | None = None
+
+
+_REPLACE = (Outcome.REPLACE,)
+_REPLACE_BLOCK = (Outcome.REPLACE, Outcome.BLOCKLIST)
+
+ROUTES: dict[str, Route] = {
+    # first seed: time limits for a candidate, and the endings seen by the provider
+    "pull_timeout": Route(_REPLACE_BLOCK, blocklist="timeout"),
+    "enrollment_timeout": Route(_REPLACE_BLOCK, blocklist="timeout"),
+    "missing_from_listing": Route(_REPLACE),
+    "exited": Route(_REPLACE_BLOCK, blocklist="network"),
+    "create_failed": Route(_REPLACE_BLOCK, blocklist="network"),
+    "public_ip_changed": Route(_REPLACE_BLOCK, blocklist="network"),
+    "token_check_failed": Route((Outcome.REPLACE, Outcome.ALERT)),
+    "extra_candidate": Route((Outcome.NOTHING,)),
+    "late_candidate": Route((Outcome.NOTHING,)),
+    "second_enrollment": Route(_REPLACE),
+    # second seed: the five nets
+    "provision_deadline": Route(_REPLACE),
+    "never_reported": Route(_REPLACE_BLOCK, blocklist="boot"),
+    "went_silent": Route(_REPLACE),
+    "lost": Route((Outcome.NOTHING,), ends_machine=False),
+    "orphan": Route((Outcome.NOTHING,)),
+    # the money chain and scaling
+    "idle_stop": Route((Outcome.NOTHING,), ends_machine=False),
+    "idle_destroy": Route((Outcome.NOTHING,)),
+    "scale_down": Route((Outcome.NOTHING,)),
+    "scale_up": Route((Outcome.NOTHING,), ends_machine=False),
+    "restart": Route((Outcome.RETRY,), ends_machine=False),
+    "finish_destroy": Route((Outcome.NOTHING,)),
+    "down": Route((Outcome.NOTHING,)),
+    "removed_from_spec": Route((Outcome.NOTHING,)),
+    "breaker_open": Route((Outcome.HALT,), ends_machine=False),
+    "queue_wait_timeout": Route((Outcome.FAIL_JOB,), ends_machine=False),
+    "no_consumer": Route((Outcome.FAIL_JOB,), ends_machine=False),
+    "stuck_dispatch": Route((Outcome.RETRY,), ends_machine=False),
+    "pool_idle_release": Route((Outcome.NOTHING,), ends_machine=False),
+    # a worker's own report before it destroys itself (agent side endings)
+    "worker_report": Route(_REPLACE),
+}
+
+UNKNOWN = Route((Outcome.ALERT,), ends_machine=False)
+
+
+def route(detection_class: str) -> Route:
+    """The route of a class; an unknown class alerts a human and ends nothing."""
+    return ROUTES.get(detection_class, UNKNOWN)

@@ -1,0 +1,94 @@
+"""The first seed's limits on a candidate (and the listing checks that end any machine).
+
+Checked on every listing: the pull limit, the enrollment limit (from when we first saw it
+running), missing from vast's list for 60 s after the last list that showed it (one list without it
+is not enough), vast status exited or a failed container create, and a public IP that changed after
+enrollment. The clocks are ours (`first_observed_at`, `first_running_at`, `provider_seen_at`),
+never vast's `start_date`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from reconciler.model.observed import Instance
+from reconciler.model.records import InstanceRecord, Intent, Phase, Role
+from reconciler.model.spec import ClusterSpec
+from reconciler.nets.detection import Detection
+from reconciler.nets.reaper import Gate, refusal
+
+CREATE_FAILURE_MARKERS = ("OCI runtime create failed", "error response from daemon")
+
+
+def detect(
+    records: Iterable[InstanceRecord],
+    listing: Mapping[int, Instance],
+    specs: Mapping[str, ClusterSpec],
+    *,
+    lineage: str,
+    now: float,
+) -> list[Detection]:
+    found = []
+    for record in records:
+        spec = specs.get(record.cluster)
+        if spec is None or record.intent is not Intent.RUNNING or record.vast_id is None:
+            continue
+        if refusal(record, lineage=lineage, now=now, gate=Gate()) is not None:
+            continue
+        seen = listing.get(record.vast_id)
+        finding = (
+            _missing(record, seen, spec, now) if seen is None else _seen(record, seen, spec, now)
+        )
+        if finding:
+            found.append(Detection(record.id, finding[0], finding[1], record.vast_id))
+    return found
+
+
+def _missing(
+    record: InstanceRecord, seen: None, spec: ClusterSpec, now: float
+) -> tuple[str, str] | None:
+    last = record.provider_seen_at if record.provider_seen_at is not None else record.created_at
+    window = spec.watchdogs.missing_from_listing_seconds
+    if now - last > window:
+        return "missing_from_listing", f"not in vast's list for {now - last:.0f}s (limit {window}s)"
+    return None
+
+
+def _seen(
+    record: InstanceRecord, seen: Instance, spec: ClusterSpec, now: float
+) -> tuple[str, str] | None:
+    status = seen.actual_status
+    message = seen.status_msg or ""
+    if status == "exited":
+        return "exited", f"vast status exited: {message}".strip()
+    if any(marker in message for marker in CREATE_FAILURE_MARKERS):
+        return "create_failed", f"container create failed: {message}"
+    if record.public_ip and seen.public_ipaddr and seen.public_ipaddr != record.public_ip:
+        return "public_ip_changed", f"public IP {record.public_ip} -> {seen.public_ipaddr}"
+    if record.role is Role.CANDIDATE:
+        return _candidate_limits(record, spec, now)
+    return None
+
+
+def _candidate_limits(
+    record: InstanceRecord, spec: ClusterSpec, now: float
+) -> tuple[str, str] | None:
+    node_type = spec.node_types.get(record.node_type)
+    if node_type is None:
+        return None
+    if record.phase in (Phase.RENTING, Phase.PULLING) and record.first_observed_at is not None:
+        pulling = now - record.first_observed_at
+        if pulling > node_type.pull_limit_seconds:
+            return (
+                "pull_timeout",
+                f"still pulling after {pulling:.0f}s (limit {node_type.pull_limit_seconds}s)",
+            )
+    if record.first_running_at is not None and record.enrolled_at is None and not record.exempt:
+        waiting = now - record.first_running_at
+        limit = spec.watchdogs.enrollment_limit_seconds
+        if waiting > limit:
+            return (
+                "enrollment_timeout",
+                f"running {waiting:.0f}s without enrolling (limit {limit}s)",
+            )
+    return None

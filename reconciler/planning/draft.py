@@ -1,0 +1,109 @@
+"""The working copy a plan is built in.
+
+Planning is pure, but building a plan step by step is easier with one mutable scratchpad than with
+records threaded through a dozen return values. `Draft` is that scratchpad: it starts from the
+refreshed records, takes bookkeeping changes and actions, and is frozen into a `Plan` at the end.
+Nothing outside `planning` ever sees it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from reconciler.model.plan import Action, ActionKind, SkippedOffer
+from reconciler.model.records import (
+    BlockEntry,
+    BreakerState,
+    InstanceRecord,
+    Records,
+    Request,
+    breaker_key,
+)
+
+
+@dataclass
+class Draft:
+    lineage: str
+    now: float
+    instances: dict[str, InstanceRecord]
+    requests: dict[str, Request]
+    blocklist: dict[str, dict[int, BlockEntry]]
+    breakers: dict[str, BreakerState]
+    records: Records
+    next_id: int
+    actions: list[Action] = field(default_factory=list)
+    skipped: list[SkippedOffer] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    doomed: set[str] = field(default_factory=set)
+
+    @classmethod
+    def start(cls, records: Records, *, lineage: str, now: float) -> Draft:
+        return cls(
+            lineage=lineage,
+            now=now,
+            instances=dict(records.instances),
+            requests=dict(records.requests),
+            blocklist={c: dict(e) for c, e in records.blocklist.items()},
+            breakers=dict(records.breakers),
+            records=records,
+            next_id=records.next_id,
+        )
+
+    def new_id(self, prefix: str) -> str:
+        ident = f"{prefix}{self.next_id}"
+        self.next_id += 1
+        return ident
+
+    def add(self, action: Action) -> None:
+        self.actions.append(action)
+        if action.kind is ActionKind.DESTROY and action.record:
+            self.doomed.add(action.record)
+
+    def destroy(self, record: InstanceRecord, reason: str, detail: str) -> None:
+        """Plan to end a machine, once, whatever number of nets flagged it."""
+        if record.id in self.doomed:
+            return
+        self.add(
+            Action(
+                ActionKind.DESTROY,
+                record.cluster,
+                reason,
+                detail,
+                node_type=record.node_type,
+                record=record.id,
+                vast_id=record.vast_id,
+                request=record.request_id,
+                label=record.label,
+                host_id=record.host_id,
+                dph_delta=-record.billing_dph,
+            )
+        )
+
+    def block(self, cluster: str, host_id: int, reason: str, seconds: int, why: str) -> None:
+        until = self.now + seconds
+        current = self.blocklist.setdefault(cluster, {}).get(host_id)
+        if current and current.until >= until:
+            return
+        self.blocklist[cluster][host_id] = BlockEntry(host_id, until, reason)
+        self.add(Action(ActionKind.BLOCKLIST, cluster, reason, why, host_id=host_id, until=until))
+
+    def breaker(self, cluster: str, node_type: str) -> BreakerState:
+        return self.breakers.get(breaker_key(cluster, node_type), BreakerState())
+
+    def set_breaker(self, cluster: str, node_type: str, state: BreakerState) -> None:
+        self.breakers[breaker_key(cluster, node_type)] = state
+
+    def update(self, record: InstanceRecord, **changes: object) -> InstanceRecord:
+        updated = replace(record, **changes)  # type: ignore[arg-type]
+        self.instances[record.id] = updated
+        return updated
+
+    def finish(self) -> Records:
+        return replace(
+            self.records,
+            instances=dict(self.instances),
+            requests=dict(self.requests),
+            blocklist={c: dict(e) for c, e in self.blocklist.items()},
+            breakers=dict(self.breakers),
+            next_id=self.next_id,
+        )

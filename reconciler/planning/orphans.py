@@ -1,0 +1,76 @@
+"""The orphan sweep and the instances of our clusters that another state made.
+
+Only a label tells us an instance is ours. `rv.<cluster>.<our lineage8>.` with no live record is
+an orphan (a crash between create and save, a record lost): it is destroyed once it is older than
+the grace window, which is measured by vast's `start_date` because there is no record of ours to
+measure from. `rv.<cluster>.<another lineage8>.` is the same cluster under another state (a lost or
+copied state file): never acted on, but shown loudly with its $/h. Anything else is not ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from reconciler.model.observed import Instance
+from reconciler.model.plan import Action, ActionKind, Foreign
+from reconciler.model.records import InstanceRecord, parse_label
+from reconciler.model.spec import ClusterSpec
+
+
+def sweep(
+    listing: Iterable[Instance],
+    records: Mapping[str, InstanceRecord],
+    specs: Mapping[str, ClusterSpec],
+    *,
+    lineage: str,
+    now: float,
+) -> tuple[list[Action], list[Foreign]]:
+    actions: list[Action] = []
+    foreign: list[Foreign] = []
+    by_vast_id = {r.vast_id: r for r in records.values() if r.vast_id is not None}
+    for instance in listing:
+        info = parse_label(instance.label)
+        if info is None or info.cluster not in _clusters(specs, records):
+            continue
+        if info.lineage8 != lineage[:8]:
+            foreign.append(_foreign(info.cluster, instance))
+            continue
+        record = records.get(info.record_id) or by_vast_id.get(instance.id)
+        if record is not None and record.live:
+            continue
+        spec = specs.get(info.cluster)
+        action = _orphan(info.cluster, instance, spec, now) if spec else None
+        if action:
+            actions.append(action)
+    return actions, foreign
+
+
+def _clusters(specs: Mapping[str, ClusterSpec], records: Mapping[str, InstanceRecord]) -> set[str]:
+    return set(specs) | {r.cluster for r in records.values()}
+
+
+def _foreign(cluster: str, instance: Instance) -> Foreign:
+    return Foreign(
+        cluster,
+        instance.id,
+        instance.label or "",
+        instance.dph_total or 0.0,
+        instance.actual_status,
+    )
+
+
+def _orphan(cluster: str, instance: Instance, spec: ClusterSpec, now: float) -> Action | None:
+    grace = spec.watchdogs.orphan_grace_seconds
+    age = now - instance.start_date if instance.start_date is not None else None
+    if age is None or age <= grace:
+        return None
+    return Action(
+        ActionKind.DESTROY,
+        cluster,
+        "orphan",
+        f"labelled {instance.label} but no live record of ours; {age:.0f}s old (grace {grace}s)",
+        vast_id=instance.id,
+        label=instance.label,
+        host_id=instance.host_id,
+        dph_delta=-(instance.dph_total or 0.0),
+    )

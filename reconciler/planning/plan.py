@@ -1,0 +1,160 @@
+"""The pure decision core: `plan(desired, observation, records, ...) -> Plan`.
+
+It reads no clock and does no I/O: `now`, the listing, the offers and the demand are arguments.
+A listing that could not be read completely makes a plan impossible, never "everything is gone"
+(DESIGN.md rule 5). Order of work: refresh the records from the listing, run the listing checks,
+finish what earlier runs left half-done, settle requests, scale, sweep orphans, then cost it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+
+from reconciler.model.observation import Observation
+from reconciler.model.observed import Instance
+from reconciler.model.plan import ActionKind, ClusterCost, Plan
+from reconciler.model.records import Intent, Records
+from reconciler.model.spec import ClusterSpec
+from reconciler.nets import candidate_limits
+from reconciler.planning import lifecycle, orphans, scaling
+from reconciler.planning.draft import Draft
+from reconciler.planning.offers import Budget
+from reconciler.planning.refresh import refresh
+
+# Order in which actions are carried out: free money before spending it.
+ACTION_ORDER = {
+    ActionKind.DESTROY: 0,
+    ActionKind.STOP: 1,
+    ActionKind.BLOCKLIST: 2,
+    ActionKind.PAUSE: 3,
+    ActionKind.MARK_LOST: 4,
+    ActionKind.ADOPT: 5,
+    ActionKind.FORGET: 6,
+    ActionKind.START: 7,
+    ActionKind.RENT: 8,
+}
+
+
+def plan(
+    desired: Sequence[ClusterSpec],
+    observation: Observation,
+    records: Records,
+    *,
+    lineage: str,
+    serial: int,
+    now: float,
+) -> Plan:
+    if observation.listing is None:
+        why = observation.listing_error or "the listing could not be read"
+        return Plan(
+            created_at=now,
+            lineage=lineage,
+            serial=serial,
+            listing_fingerprint="",
+            actions=(),
+            costs=(),
+            errors=(f"vast's instance listing is unknown ({why}); nothing is planned",),
+            records=records,
+        )
+    listing = observation.listing
+    refreshed, notes = refresh(records, listing, now)
+    draft = Draft.start(refreshed, lineage=lineage, now=now)
+    draft.notes.extend(notes)
+    specs = {s.name: s for s in desired}
+    by_id = {i.id: i for i in listing}
+    clusters = sorted({r.cluster for r in draft.instances.values() if r.live} | set(specs))
+    before = {name: _cluster_dph(draft, name) for name in clusters}
+    for spec in desired:
+        _plan_cluster(draft, spec, observation, by_id, before[spec.name])
+    _retire_removed(draft, specs)
+    sweep, foreign = orphans.sweep(listing, draft.instances, specs, lineage=lineage, now=now)
+    for action in sweep:
+        draft.add(action)
+    costs = [
+        ClusterCost(
+            name,
+            before[name],
+            before[name] + _delta(draft, name),
+            specs[name].max_dollars_per_hour if name in specs else 0.0,
+        )
+        for name in clusters
+    ]
+    actions = sorted(draft.actions, key=lambda a: ACTION_ORDER[a.kind])
+    warnings = [_foreign_warning(f.cluster, f.vast_id, f.label, f.dph_total) for f in foreign]
+    return Plan(
+        created_at=now,
+        lineage=lineage,
+        serial=serial,
+        listing_fingerprint=fingerprint(listing),
+        actions=tuple(actions),
+        costs=tuple(costs),
+        skipped=tuple(draft.skipped),
+        foreign=tuple(foreign),
+        warnings=tuple(warnings),
+        notes=tuple(draft.notes),
+        records=draft.finish(),
+    )
+
+
+def _plan_cluster(
+    draft: Draft,
+    spec: ClusterSpec,
+    observation: Observation,
+    by_id: Mapping[int, Instance],
+    before: float,
+) -> None:
+    mine = [r for r in draft.instances.values() if r.cluster == spec.name and r.live]
+    detections = candidate_limits.detect(
+        mine, by_id, {spec.name: spec}, lineage=draft.lineage, now=draft.now
+    )
+    lifecycle.apply_detections(draft, detections, spec)
+    lifecycle.finish_unfinished(draft, spec.name, by_id, spec)
+    scaling.settle_requests(draft, spec)
+    lifecycle.restart_stopped(draft, spec.name)
+    budget = Budget(spent=before + _delta(draft, spec.name), cap=spec.max_dollars_per_hour)
+    for node_type in spec.node_types.values():
+        key = (spec.name, node_type.name)
+        scaling.scale(
+            draft,
+            spec,
+            node_type,
+            offers=observation.offers.get(key, ()),
+            demand=observation.demand.get(key, 0),
+            budget=budget,
+        )
+
+
+def _retire_removed(draft: Draft, specs: Mapping[str, ClusterSpec]) -> None:
+    """A cluster whose spec is gone from the directory is torn down, like a removed resource."""
+    for record in list(draft.instances.values()):
+        if record.cluster in specs or not record.live or record.intent is Intent.DESTROYED:
+            continue
+        if record.managed_by == draft.lineage and record.vast_id is not None:
+            draft.destroy(
+                record, "removed_from_spec", f"cluster {record.cluster} is no longer declared"
+            )
+
+
+def _cluster_dph(draft: Draft, cluster: str) -> float:
+    return sum(r.billing_dph for r in draft.instances.values() if r.cluster == cluster and r.live)
+
+
+def _delta(draft: Draft, cluster: str) -> float:
+    return sum(a.dph_delta for a in draft.actions if a.cluster == cluster)
+
+
+def _foreign_warning(cluster: str, vast_id: int, label: str, dph: float) -> str:
+    return (
+        f"instance {vast_id} ({label}, ${dph:.2f}/h) belongs to cluster {cluster} under another "
+        f"state; ray-vast will not touch it (`ray-vast down {cluster}` ends it)"
+    )
+
+
+def fingerprint(listing: Sequence[Instance]) -> str:
+    """A digest of what a plan saw of each instance, to refuse applying it after a change."""
+    rows = sorted(
+        (i.id, i.label or "", i.actual_status or "", i.public_ipaddr or "") for i in listing
+    )
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()

@@ -1,0 +1,80 @@
+"""Refresh: fold one complete listing into the records, without deciding anything.
+
+This is bookkeeping, the way `terraform refresh` is: when we first saw an instance, when vast last
+showed it, when it first ran, which phase vast's status puts it in, and which pending create the
+listing shows under its label (a lost create response is adopted here, not rented again). Every
+decision is left to the checks that read the refreshed records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reconciler.model.observed import Instance
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+
+# vast's statuses before the container runs; `None` is "being provisioned".
+BOOTING_STATUSES = frozenset({None, "created", "loading", "scheduling", "rebooting"})
+
+
+def refresh(
+    records: Records, listing: tuple[Instance, ...], now: float
+) -> tuple[Records, list[str]]:
+    """Records updated from a complete listing, and notes of what was adopted."""
+    by_id = {i.id: i for i in listing}
+    by_label = {i.label: i for i in listing if i.label}
+    notes: list[str] = []
+    updated: dict[str, InstanceRecord] = {}
+    for record in records.instances.values():
+        if not record.live:
+            updated[record.id] = record
+            continue
+        current = record
+        if current.vast_id is None:
+            current = _adopt(current, by_label.get(current.label), notes)
+        seen = by_id.get(current.vast_id) if current.vast_id is not None else None
+        updated[current.id] = observe(current, seen, now) if seen else current
+    return replace(records, instances=updated), notes
+
+
+def _adopt(record: InstanceRecord, seen: Instance | None, notes: list[str]) -> InstanceRecord:
+    if seen is None or record.phase is not Phase.PENDING_CREATE:
+        return record
+    notes.append(
+        f"adopted instance {seen.id} for pending create {record.id} (label {record.label})"
+    )
+    return replace(record, vast_id=seen.id, phase=Phase.RENTING)
+
+
+def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecord:
+    """One record seen in the listing at `now`."""
+    status = seen.actual_status
+    record = replace(
+        record,
+        provider_seen_at=now,
+        first_observed_at=record.first_observed_at or now,
+        phase=_phase(record, status),
+    )
+    if status == "running" and record.first_running_at is None:
+        record = replace(record, first_running_at=now)
+    if record.exempt and status == "running" and record.role is Role.CANDIDATE:
+        # A node type without an agent never enrolls: running is as far as it can tell us.
+        record = replace(record, role=Role.WORKER, enrolled_at=now, public_ip=seen.public_ipaddr)
+    return record
+
+
+def _phase(record: InstanceRecord, status: str | None) -> Phase:
+    """vast's status, mapped onto our phases, never undoing what only we can know."""
+    if record.intent is Intent.DESTROYED:
+        return Phase.DESTROYING
+    if record.intent is Intent.STOPPED:
+        return Phase.STOPPED if status == "stopped" else Phase.STOPPING
+    if record.phase in (Phase.ENROLLED, Phase.SERVING) and status == "running":
+        return record.phase
+    if status == "stopped":
+        return Phase.STOPPED
+    if status == "running":
+        return Phase.RUNNING if record.enrolled_at is None else Phase.ENROLLED
+    if status in BOOTING_STATUSES:
+        return Phase.PULLING
+    return record.phase

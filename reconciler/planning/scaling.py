@@ -2,10 +2,10 @@
 
 For each node type: the workers wanted are `min_workers` raised by Ray's pending demand and
 capped by `max_workers`. A shortfall not covered by open requests becomes a new request of n
-slots with its provisioning deadline fixed now; each open request keeps `candidate_factor` candidates per open
-slot, rented from the cheapest acceptable offers. A filled request's other candidates are
-destroyed; an expired one ends its slots without a worker, which is what the rent-loop breaker
-counts.
+slots with its provisioning deadline fixed now; each open request keeps `candidate_factor`
+candidates per open slot, rented from the cheapest acceptable offers. A filled request's other
+candidates are destroyed; an expired one ends its slots without a worker, which is what the
+rent-loop breaker counts.
 """
 
 from __future__ import annotations

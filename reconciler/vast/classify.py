@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import email.utils
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 
@@ -140,9 +141,11 @@ def retry_after_seconds(headers: Mapping[str, str], now: float) -> float | None:
     if raw is None:
         return None
     try:
-        return max(0.0, float(raw))
+        seconds = float(raw)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(raw)
     except (TypeError, ValueError):
@@ -153,9 +156,10 @@ def retry_after_seconds(headers: Mapping[str, str], now: float) -> float | None:
 def _reset_in(headers: Mapping[str, str], now: float) -> float | None:
     raw = headers.get("x-ratelimit-reset")
     try:
-        return max(0.0, float(raw) - now) if raw is not None else None
+        reset = float(raw) if raw is not None else math.nan
     except ValueError:
         return None
+    return max(0.0, reset - now) if math.isfinite(reset) else None
 
 
 def _text_field(payload: Mapping[str, object] | None, key: str) -> str | None:

@@ -320,7 +320,9 @@ class VastClient:
         )
         if error is not None:
             if isinstance(error, errors.VastRateLimitError) and error.retry_after:
-                self._pacer.hold_off(op.route, error.retry_after)
+                # Capped: a daily quota's reset must not park every caller for hours.
+                cap = self._settings.retry.max_retry_after
+                self._pacer.hold_off(op.route, min(error.retry_after, cap))
             raise error
         return self._interpret(op, where, response, interpret)
 

@@ -161,6 +161,8 @@ def test_spot_orphan_names_the_instance_to_destroy() -> None:
         ({"Retry-After": "7"}, 7.0),
         ({"Retry-After": "1.5"}, 1.5),
         ({"Retry-After": "soon"}, None),
+        ({"Retry-After": "1e400"}, None),
+        ({"Retry-After": "-4"}, 0.0),
         ({"Retry-After": email.utils.formatdate(NOW + 30, usegmt=True)}, 30.0),
     ],
 )

@@ -112,6 +112,22 @@ def test_a_429_with_retry_after_holds_the_route_for_the_next_call_too(
     assert clock.now() == START + 5.0
 
 
+def test_a_quota_reset_hours_away_holds_the_route_only_up_to_the_cap(
+    vast: ScriptedVast, make_client: Callable[..., VastClient], clock: FakeClock
+) -> None:
+    client = make_client(pacing=True, min_intervals={})
+    reset = {"X-RateLimit-Reset": str(int(START + 6 * 3600))}
+    body = {"success": False, "error": "search_quota_exceeded", "msg": "daily quota"}
+    vast.on("POST", "/api/v0/bundles/", reply(429, body, headers=reset))
+    vast.on("POST", "/api/v0/bundles/", reply(200, {"offers": []}))
+    with pytest.raises(errors.VastSearchQuotaError) as info:
+        client.search_offers(observed.OfferSearch())
+    assert info.value.retry_after == 6 * 3600
+    assert clock.now() == START  # not waited out here
+    client.search_offers(observed.OfferSearch())
+    assert clock.now() == START + 60.0
+
+
 def test_counters_count_every_attempt_by_operation_and_outcome(
     vast: ScriptedVast, client: VastClient
 ) -> None:

@@ -59,6 +59,17 @@ class VastError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Subclasses take keyword-only fields, which Exception's own pickling cannot pass back.
+        return (_restore, (type(self), self.message, dict(self.__dict__)))
+
+
+def _restore(cls: type[VastError], message: str, state: dict[str, object]) -> VastError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
 
 class VastConfigError(VastError):
     """The client cannot be built or used as configured (missing key, malformed base URL)."""

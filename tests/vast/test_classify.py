@@ -7,6 +7,7 @@ vast's `error` field and message, not the status alone.
 from __future__ import annotations
 
 import email.utils
+import pickle
 
 import httpx
 import pytest
@@ -218,3 +219,19 @@ def test_transport_failures_map_to_the_most_specific_class(
     error = classify.transport_error(operation="op", where="GET /x", exc=exc, redactor=REDACTOR)
     assert type(error) is expected
     assert error.status is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.VastRateLimitError("m", operation="list", status=429, retry_after=3.0),
+        errors.CreateLeftInstanceError("m", instance_id=5, status=400, code="invalid_price"),
+        errors.CreateOutcomeUnknownError("m", label="rv.c.x.1", offer_id=9, status=503),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_survive_pickling_with_their_fields(error: errors.VastError) -> None:
+    restored = pickle.loads(pickle.dumps(error))
+    assert type(restored) is type(error)
+    assert str(restored) == "m"
+    assert restored.__dict__ == error.__dict__

@@ -60,7 +60,7 @@ def _seen(
     status = seen.actual_status
     message = seen.status_msg or ""
     if status == "exited":
-        return "exited", f"vast status exited: {message}".strip()
+        return "exited", "vast status exited" + (f": {message}" if message else "")
     if any(marker in message for marker in CREATE_FAILURE_MARKERS):
         return "create_failed", f"container create failed: {message}"
     if record.public_ip and seen.public_ipaddr and seen.public_ipaddr != record.public_ip:

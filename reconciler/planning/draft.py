@@ -79,13 +79,17 @@ class Draft:
             )
         )
 
-    def block(self, cluster: str, host_id: int, reason: str, seconds: int, why: str) -> None:
+    def block(
+        self, cluster: str, host_id: int, *, kind: str, seconds: int, cls: str, why: str
+    ) -> None:
+        """Skip a host for `seconds`; `kind` is the blocklist reason, `cls` the detection."""
         until = self.now + seconds
         current = self.blocklist.setdefault(cluster, {}).get(host_id)
         if current and current.until >= until:
             return
-        self.blocklist[cluster][host_id] = BlockEntry(host_id, until, reason)
-        self.add(Action(ActionKind.BLOCKLIST, cluster, reason, why, host_id=host_id, until=until))
+        self.blocklist[cluster][host_id] = BlockEntry(host_id, until, kind)
+        detail = f"{kind} for {seconds}s: {why}"
+        self.add(Action(ActionKind.BLOCKLIST, cluster, cls, detail, host_id=host_id, until=until))
 
     def breaker(self, cluster: str, node_type: str) -> BreakerState:
         return self.breakers.get(breaker_key(cluster, node_type), BreakerState())

@@ -26,7 +26,14 @@ def apply_detections(draft: Draft, detections: Iterable[Detection], spec: Cluste
             draft.destroy(record, found.cls, found.detail)
         if path.blocklist:
             seconds = getattr(spec.blocklist, path.blocklist)
-            draft.block(record.cluster, record.host_id, path.blocklist, seconds, found.detail)
+            draft.block(
+                record.cluster,
+                record.host_id,
+                kind=path.blocklist,
+                seconds=seconds,
+                cls=found.cls,
+                why=found.detail,
+            )
         if not path.ends_machine and not path.blocklist:
             draft.notes.append(f"{found.cls}: {record.id} ({found.detail})")
 

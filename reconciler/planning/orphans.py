@@ -45,6 +45,22 @@ def sweep(
     return actions, foreign
 
 
+def unrecorded_dph(
+    listing: Iterable[Instance], records: Mapping[str, InstanceRecord], *, lineage: str
+) -> dict[str, float]:
+    """$/h of instances labelled ours that no live record answers for, by cluster."""
+    by_vast_id = {r.vast_id: r for r in records.values() if r.vast_id is not None}
+    total: dict[str, float] = {}
+    for instance in listing:
+        info = parse_label(instance.label)
+        if info is None or info.lineage8 != lineage[:8]:
+            continue
+        record = records.get(info.record_id) or by_vast_id.get(instance.id)
+        if record is None or not record.live:
+            total[info.cluster] = total.get(info.cluster, 0.0) + (instance.dph_total or 0.0)
+    return total
+
+
 def _clusters(specs: Mapping[str, ClusterSpec], records: Mapping[str, InstanceRecord]) -> set[str]:
     return set(specs) | {r.cluster for r in records.values()}
 

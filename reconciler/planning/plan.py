@@ -65,7 +65,8 @@ def plan(
     specs = {s.name: s for s in desired}
     by_id = {i.id: i for i in listing}
     clusters = sorted({r.cluster for r in draft.instances.values() if r.live} | set(specs))
-    before = {name: _cluster_dph(draft, name) for name in clusters}
+    unrecorded = orphans.unrecorded_dph(listing, draft.instances, lineage=lineage)
+    before = {name: _cluster_dph(draft, name) + unrecorded.get(name, 0.0) for name in clusters}
     for spec in desired:
         _plan_cluster(draft, spec, observation, by_id, before[spec.name])
     _retire_removed(draft, specs)

@@ -199,7 +199,7 @@ def exited() -> Case:
         CHEAP,
         [
             ("destroy", "exited", "i1"),
-            ("blocklist", "network", str(cand.host_id)),
+            ("blocklist", "exited", str(cand.host_id)),
             ("rent", "scale_up", "i100"),
             ("rent", "scale_up", "i101"),
         ],
@@ -216,7 +216,7 @@ def oci_failure() -> Case:
         CHEAP,
         [
             ("destroy", "create_failed", "i1"),
-            ("blocklist", "network", str(cand.host_id)),
+            ("blocklist", "create_failed", str(cand.host_id)),
             ("rent", "scale_up", "i100"),
             ("rent", "scale_up", "i101"),
         ],
@@ -240,7 +240,7 @@ def ip_changed() -> Case:
         CHEAP,
         [
             ("destroy", "public_ip_changed", "i1"),
-            ("blocklist", "network", str(worker.host_id)),
+            ("blocklist", "public_ip_changed", str(worker.host_id)),
             ("rent", "scale_up", "i101"),
             ("rent", "scale_up", "i102"),
         ],
@@ -256,7 +256,7 @@ def pull_limit() -> Case:
         CHEAP,
         [
             ("destroy", "pull_timeout", "i1"),
-            ("blocklist", "timeout", str(cand.host_id)),
+            ("blocklist", "pull_timeout", str(cand.host_id)),
             ("rent", "scale_up", "i100"),
             ("rent", "scale_up", "i101"),
         ],
@@ -272,7 +272,7 @@ def enrollment_limit() -> Case:
         CHEAP,
         [
             ("destroy", "enrollment_timeout", "i1"),
-            ("blocklist", "timeout", str(cand.host_id)),
+            ("blocklist", "enrollment_timeout", str(cand.host_id)),
             ("rent", "scale_up", "i100"),
             ("rent", "scale_up", "i101"),
         ],

@@ -1,1 +1,85 @@
-"""reconciler/state."""
+"""Recorded state: the state store (file and memory) and the ledger writer.
+
+The state is the reconciler's memory (records, intents, timers, blocklist, breaker) in one JSON
+file with Terraform's identity fields, written atomically under a lock; the ledger is the
+append-only history beside it. See `store` for the rules every store follows, `filestore` for the
+files on disk, `lock` for the lock, `versions` for format upgrades and `ledger` for the history.
+"""
+
+from reconciler.state.errors import (
+    LineageMismatchError,
+    Liveness,
+    LockFileUnreadableError,
+    LockLostError,
+    LockNotHeldError,
+    SerialMismatchError,
+    StateConflictError,
+    StateCorruptError,
+    StateError,
+    StateLocked,
+    StateLockedError,
+    StateMissingError,
+    StateTooNewError,
+    StateUnreadableError,
+    UnlockRefusedError,
+)
+from reconciler.state.filestore import BACKUP_FILE, LOCK_FILE, STATE_FILE, FileStore
+from reconciler.state.ledger import (
+    LEDGER_FILE,
+    LedgerEntry,
+    LedgerEvent,
+    LedgerKind,
+    LedgerLineSkipped,
+    LedgerQuery,
+    LedgerWriter,
+    ledger_path,
+    read_ledger,
+)
+from reconciler.state.lock import Identity, LockHolder, LockInfo
+from reconciler.state.memory import MemoryBackend, MemoryStore
+from reconciler.state.redact import MASK, redact
+from reconciler.state.snapshot import StateSnapshot
+from reconciler.state.store import StateStore, locked
+from reconciler.state.versions import CURRENT_VERSION
+
+__all__ = [
+    "BACKUP_FILE",
+    "CURRENT_VERSION",
+    "LEDGER_FILE",
+    "LOCK_FILE",
+    "MASK",
+    "STATE_FILE",
+    "FileStore",
+    "Identity",
+    "LedgerEntry",
+    "LedgerEvent",
+    "LedgerKind",
+    "LedgerLineSkipped",
+    "LedgerQuery",
+    "LedgerWriter",
+    "LineageMismatchError",
+    "Liveness",
+    "LockFileUnreadableError",
+    "LockHolder",
+    "LockInfo",
+    "LockLostError",
+    "LockNotHeldError",
+    "MemoryBackend",
+    "MemoryStore",
+    "SerialMismatchError",
+    "StateConflictError",
+    "StateCorruptError",
+    "StateError",
+    "StateLocked",
+    "StateLockedError",
+    "StateMissingError",
+    "StateSnapshot",
+    "StateStore",
+    "StateTooNewError",
+    "StateUnreadableError",
+    "UnlockRefusedError",
+    "ledger_path",
+    "locked",
+    "read_ledger",
+    "redact",
+]

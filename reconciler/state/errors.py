@@ -1,0 +1,161 @@
+"""What can go wrong with recorded state, as one tree the CLI can render and map to exit codes.
+
+```
+StateError
+├── StateLockedError         another writer holds the lock (its details; whether it looks stale)
+├── LockFileUnreadableError  a lock file we cannot read: only a human can judge it
+├── LockNotHeldError         a write or an unlock without holding the lock
+│   └── LockLostError        the lock this store held was force-unlocked meanwhile
+├── UnlockRefusedError       force-unlock with no lock, or with an ID that is not the lock's
+├── StateConflictError       a write based on a state that is not the current one
+│   ├── LineageMismatchError a different lineage: a copied or foreign state must not overwrite
+│   └── SerialMismatchError  the state changed since it was read
+└── StateUnreadableError     the state on disk cannot be used as it is; never read as "empty"
+    ├── StateCorruptError    not JSON, or not a ray-vast state envelope
+    ├── StateMissingError    state.json is gone but its backup is there
+    └── StateTooNewError     written by a newer ray-vast, in a format this one does not know
+```
+
+`StateLocked` is the name issue 5 gives the lock refusal; it is kept as an alias of
+`StateLockedError`, whose suffix follows the house rule (N818).
+```
+
+Every message names the file and says what a person can do next, because these errors end a run
+that was about to spend money, and the person reading them is deciding whether it is safe to retry.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from reconciler.state.lock import LockInfo
+
+
+class StateError(Exception):
+    """Base of every recorded-state error."""
+
+
+class Liveness(StrEnum):
+    """What can be told about the process that holds a lock."""
+
+    ALIVE = "alive"  # it still holds the file lock (or the store cannot die: the memory store)
+    DEAD = "dead"  # same host, and nobody holds the file lock: its owner exited without unlocking
+    UNKNOWN = "unknown"  # taken on another host: liveness cannot be checked from here
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def render_lock_info(info: LockInfo) -> str:
+    """Terraform's `Lock Info:` block, so people who know that tool recognise it."""
+    return "\n".join(
+        [
+            "Lock Info:",
+            f"  ID:        {info.id}",
+            f"  Operation: {info.operation}",
+            f"  Who:       {info.who}",
+            f"  PID:       {info.pid}",
+            f"  Version:   {info.version}",
+            f"  Created:   {_utc(info.created)}",
+            f"  Path:      {info.path}",
+        ]
+    )
+
+
+_LIVENESS_TEXT = {
+    Liveness.ALIVE: "Process {pid} on {host} still holds it.",
+    Liveness.DEAD: (
+        "The lock looks STALE: process {pid} on {host} no longer holds it (the process has exited"
+        " without unlocking). It is not removed automatically."
+    ),
+    Liveness.UNKNOWN: (
+        "It was taken on host {host}; whether process {pid} is still running cannot be checked"
+        " from here."
+    ),
+}
+
+
+class StateLockedError(StateError):
+    """The lock is held by someone else; carries the holder's details."""
+
+    def __init__(
+        self, info: LockInfo, *, liveness: Liveness, lock_path: Path, waited_seconds: float = 0.0
+    ) -> None:
+        self.info = info
+        self.liveness = liveness
+        self.lock_path = lock_path
+        self.waited_seconds = waited_seconds
+        waited = f" after waiting {waited_seconds:g}s" if waited_seconds > 0 else ""
+        super().__init__(
+            f"Error acquiring the state lock{waited}\n\n"
+            f"The state lock {lock_path} is held.\n"
+            f"{render_lock_info(info)}\n\n"
+            + _LIVENESS_TEXT[liveness].format(pid=info.pid, host=info.host)
+            + "\nray-vast refuses to run two writers on one state. If you are sure no ray-vast"
+            " process is using this state any more, remove the lock with:\n"
+            f"  ray-vast state force-unlock {info.id}"
+        )
+
+    @property
+    def stale(self) -> bool:
+        """The holder is known to be gone; the lock is still refused until a human removes it."""
+        return self.liveness is Liveness.DEAD
+
+
+StateLocked = StateLockedError
+
+
+class LockFileUnreadableError(StateError):
+    """A lock file that cannot be parsed: its owner and ID are unknown; only a human can judge."""
+
+    def __init__(self, lock_path: Path, reason: str) -> None:
+        self.lock_path = lock_path
+        super().__init__(
+            f"The state lock {lock_path} exists but cannot be read ({reason}). Make sure no"
+            " ray-vast process is using this state, then delete that file by hand."
+        )
+
+
+class LockNotHeldError(StateError):
+    """A write or an unlock by a store that does not hold the lock."""
+
+
+class LockLostError(LockNotHeldError):
+    """The lock this store held was removed by a force-unlock; writing now would fork the state."""
+
+
+class UnlockRefusedError(StateError):
+    """Force-unlock was given no lock to remove, or the wrong ID."""
+
+
+class StateConflictError(StateError):
+    """A write was based on a state other than the current one."""
+
+
+class LineageMismatchError(StateConflictError):
+    """The write's lineage differs from the state's: a foreign or copied state."""
+
+
+class SerialMismatchError(StateConflictError):
+    """The state moved on (its serial changed) since the snapshot the write is based on."""
+
+
+class StateUnreadableError(StateError):
+    """The state on disk cannot be used; callers must stop rather than start from empty."""
+
+
+class StateCorruptError(StateUnreadableError):
+    """Not JSON, or not a ray-vast state envelope."""
+
+
+class StateMissingError(StateUnreadableError):
+    """The state file is gone but its backup exists: someone removed it, do not start afresh."""
+
+
+class StateTooNewError(StateUnreadableError):
+    """Written in a format version newer than this ray-vast knows."""

@@ -1,0 +1,39 @@
+"""Plain JSON values, checked before they are written, and their canonical text.
+
+The state and the ledger accept caller data only as JSON can carry it faithfully. `json.dumps` alone
+is too lenient for a file that is compared and diffed: it turns a key `1` into `"1"` and writes
+`NaN`, which is not JSON. Checking first also means a bad value fails before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def plain_json(value: Any, where: str) -> Any:
+    """A plain copy of `value` as JSON will write it, or `ValueError` naming the offending path.
+
+    `where` names the value in the message (`records`, `data`); nested paths are appended.
+    """
+    if isinstance(value, Mapping):
+        copy: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where}: key {key!r} is not a string")
+            copy[key] = plain_json(item, f"{where}.{key}")
+        return copy
+    if isinstance(value, list | tuple):
+        return [plain_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: {value} is not a finite number")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise ValueError(f"{where}: {type(value).__name__} is not a JSON value")
+
+
+def canonical(value: Any) -> str:
+    """Canonical JSON of a plain value: equal content gives equal text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)

@@ -1,0 +1,260 @@
+"""Container runners: what happens inside an instance once vast would start its container.
+
+The life cycle decides *when* a container starts, stops or is destroyed; a runner decides *what*
+that means. The protocol is small so tests and benchmarks can plug in their own containers:
+
+- `start(spec, now)`: a new boot of the container (`spec.boot` counts from 1).
+- `stop(instance_id, now)`: docker stop (stop, reboot, exited, offline, recycle).
+- `destroy(instance_id, now)`: the container is removed for good.
+- `signal(instance_id, sig, now)`: a signal sent to PID 1 from inside the container; the simulator
+  only forwards TERM, INT and HUP (the kernel drops the others to a PID 1 that does not catch them).
+- `step(now)`: let containers run; returns the ids whose PID 1 exited by itself since the last step
+  (the life cycle then starts the container again, as vast does).
+- `next_wakeup()`: the earliest time a container wants to be stepped (virtual time jumps there).
+- `allocate_ports(instance_id, wanted)`: host ports for the container ports `"8080/tcp"`, ...
+- `host_ip`: when set, the public IP that instances report (the process runner: `127.0.0.1`).
+
+Callbacks run without the simulator's lock, in the thread that made the change (an API request,
+`Sim.step` or `Sim.advance`); `start`/`stop`/`destroy`/`signal` must not make blocking calls back
+into the simulator's HTTP server. Behaviours that call the API do so from `step`.
+
+`ScriptedRunner` runs no processes: a `Behaviour` object per boot decides what the container does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+FORWARDED_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""Signals that reach PID 1 when sent from inside the container (the live test's finding)."""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything a runner needs to start one boot of an instance's container."""
+
+    instance_id: int
+    boot: int
+    image: str
+    runtype: str
+    args: tuple[str, ...] | None
+    onstart: str | None
+    env: Mapping[str, str]
+    ports: Mapping[str, int]
+    public_ip: str
+    label: str | None
+
+
+class Runner(Protocol):
+    """See the module docstring."""
+
+    host_ip: str | None
+
+    def allocate_ports(self, instance_id: int, wanted: list[str]) -> dict[str, int]: ...
+
+    def start(self, spec: ContainerSpec, now: float) -> None: ...
+
+    def stop(self, instance_id: int, now: float) -> None: ...
+
+    def destroy(self, instance_id: int, now: float) -> None: ...
+
+    def signal(self, instance_id: int, sig: int, now: float) -> bool: ...
+
+    def step(self, now: float) -> list[int]: ...
+
+    def next_wakeup(self) -> float | None: ...
+
+    def logs(self, instance_id: int) -> str: ...
+
+    def shutdown(self) -> None: ...
+
+
+class FakePorts:
+    """Host ports for runners without real sockets: distinct numbers from a counter."""
+
+    def __init__(self, first: int = 40_000) -> None:
+        self._next = itertools.count(first)
+        self._lock = threading.Lock()
+
+    def allocate_ports(self, instance_id: int, wanted: list[str]) -> dict[str, int]:
+        with self._lock:
+            return {key: next(self._next) for key in wanted}
+
+
+class Container:
+    """What a behaviour sees of its container: the spec, a log, and a way for PID 1 to exit."""
+
+    def __init__(self, spec: ContainerSpec, log: list[str]) -> None:
+        self.spec = spec
+        self._log = log
+        self.exit_code: int | None = None
+
+    @property
+    def instance_id(self) -> int:
+        return self.spec.instance_id
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self.spec.env
+
+    def log(self, text: str) -> None:
+        """Append to the container's stdout (what request_logs serves)."""
+        self._log.append(text if text.endswith("\n") else text + "\n")
+
+    def exit(self, code: int = 0) -> None:
+        """PID 1 exits; vast will start the container again."""
+        if self.exit_code is None:
+            self.exit_code = code
+
+
+class Behaviour:
+    """What a scripted container does. Override what you need; the default idles forever and
+    exits on TERM, INT and HUP (128 + signal number), as a process with default handlers would."""
+
+    def on_start(self, container: Container, now: float) -> None:
+        """The container has just booted."""
+
+    def step(self, container: Container, now: float) -> None:
+        """Time has moved to `now`; do work, maybe call `container.exit(code)`."""
+
+    def next_wakeup(self, container: Container) -> float | None:
+        """The next time this container wants `step` (None: only when something happens)."""
+        return None
+
+    def on_signal(self, container: Container, sig: int, now: float) -> None:
+        container.exit(128 + sig)
+
+    def on_stop(self, container: Container, now: float) -> None:
+        """docker stop: the container ends (it may boot again later)."""
+
+    def on_destroy(self, container: Container, now: float) -> None:
+        """The instance is destroyed."""
+
+
+BehaviourFactory = Callable[[ContainerSpec], Behaviour]
+
+
+class ScriptedRunner(FakePorts):
+    """Containers as Python objects: no processes, virtual-time friendly."""
+
+    host_ip: str | None = None
+
+    def __init__(self, factory: BehaviourFactory | None = None) -> None:
+        super().__init__()
+        self._factory: BehaviourFactory = factory or (lambda spec: Behaviour())
+        self._live: dict[int, tuple[Container, Behaviour]] = {}
+        self._logs: dict[int, list[str]] = {}
+        self._exited: list[int] = []
+        self._lock = threading.Lock()
+        self.boots: dict[int, int] = {}
+
+    def start(self, spec: ContainerSpec, now: float) -> None:
+        behaviour = self._factory(spec)
+        with self._lock:
+            log = self._logs.setdefault(spec.instance_id, [])
+            container = Container(spec, log)
+            self._live[spec.instance_id] = (container, behaviour)
+            self.boots[spec.instance_id] = spec.boot
+        behaviour.on_start(container, now)
+
+    def stop(self, instance_id: int, now: float) -> None:
+        with self._lock:
+            entry = self._live.pop(instance_id, None)
+        if entry is not None:
+            entry[1].on_stop(entry[0], now)
+
+    def destroy(self, instance_id: int, now: float) -> None:
+        with self._lock:
+            entry = self._live.pop(instance_id, None)
+            self._logs.pop(instance_id, None)
+        if entry is not None:
+            entry[1].on_destroy(entry[0], now)
+
+    def signal(self, instance_id: int, sig: int, now: float) -> bool:
+        with self._lock:
+            entry = self._live.get(instance_id)
+        if entry is None:
+            return False
+        entry[1].on_signal(entry[0], sig, now)
+        return True
+
+    def step(self, now: float) -> list[int]:
+        with self._lock:
+            live = list(self._live.items())
+        for _, (container, behaviour) in live:
+            if container.exit_code is None:
+                behaviour.step(container, now)
+        exited = []
+        with self._lock:
+            for instance_id, (container, _) in live:
+                current = self._live.get(instance_id)
+                if container.exit_code is not None and current is not None and (
+                    current[0] is container
+                ):
+                    del self._live[instance_id]
+                    exited.append(instance_id)
+        return exited
+
+    def next_wakeup(self) -> float | None:
+        with self._lock:
+            live = list(self._live.values())
+        times = [t for c, b in live if (t := b.next_wakeup(c)) is not None]
+        if any(c.exit_code is not None for c, _ in live):
+            return float("-inf")
+        return min(times) if times else None
+
+    def running(self, instance_id: int) -> Container | None:
+        """The live container of an instance, for assertions."""
+        with self._lock:
+            entry = self._live.get(instance_id)
+        return None if entry is None else entry[0]
+
+    def behaviour(self, instance_id: int) -> Behaviour | None:
+        with self._lock:
+            entry = self._live.get(instance_id)
+        return None if entry is None else entry[1]
+
+    def logs(self, instance_id: int) -> str:
+        with self._lock:
+            return "".join(self._logs.get(instance_id, []))
+
+    def shutdown(self) -> None:
+        with self._lock:
+            ids = list(self._live)
+        for instance_id in ids:
+            self.destroy(instance_id, 0.0)
+
+
+class NoContainers(FakePorts):
+    """No containers at all: the life cycle alone (the default when no runner is given)."""
+
+    host_ip: str | None = None
+
+    def start(self, spec: ContainerSpec, now: float) -> None:
+        """Nothing runs."""
+
+    def stop(self, instance_id: int, now: float) -> None:
+        """Nothing runs."""
+
+    def destroy(self, instance_id: int, now: float) -> None:
+        """Nothing runs."""
+
+    def signal(self, instance_id: int, sig: int, now: float) -> bool:
+        return False
+
+    def step(self, now: float) -> list[int]:
+        return []
+
+    def next_wakeup(self) -> float | None:
+        return None
+
+    def logs(self, instance_id: int) -> str:
+        return ""
+
+    def shutdown(self) -> None:
+        """Nothing runs."""

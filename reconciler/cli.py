@@ -6,15 +6,26 @@ gather those here and pass them down, which is what lets tests drive every comma
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
 
-from reconciler import __version__
+from reconciler import __version__, operations, planfile
+from reconciler.clock import SystemClock
+from reconciler.deps import Deps, state_dir_from
+from reconciler.model.codec import encode
+from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
+from reconciler.state.errors import StateError
+from reconciler.vast.errors import VastError
 from reconciler.views import diagnostics as diag_view
 
 app = typer.Typer(
@@ -35,6 +46,29 @@ SpecDir = Annotated[
     typer.Argument(help="A directory of cluster specs (searched recursively) or one YAML file."),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output (versioned).")]
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="Where state.json, its lock and ledger.jsonl live. "
+        "Default: $RAY_VAST_STATE_DIR, else .ray-vast/ in the working directory.",
+    ),
+]
+LockTimeout = Annotated[
+    float,
+    typer.Option("--lock-timeout", help="Seconds to wait for the state lock.", min=0),
+]
+AutoApprove = Annotated[
+    bool, typer.Option("--auto-approve", help="Do not ask for 'yes' before acting.")
+]
+MassDestroy = Annotated[
+    bool,
+    typer.Option(
+        "--allow-mass-destroy",
+        help="Allow a plan that destroys most of a cluster by policy (spec removed, "
+        "max_workers cut, orphans).",
+    ),
+]
 
 
 def _version(value: bool) -> None:
@@ -81,6 +115,246 @@ def validate(
         summary = diag_view.validate_summary(result.diagnostics, names, result.files)
         typer.echo(summary, err=not result.ok)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _deps(state_dir: Path | None, lock_timeout: float = 0.0) -> Deps:
+    env = dict(os.environ)
+    return Deps(
+        clock=SystemClock(),
+        env=env,
+        state_dir=state_dir_from(state_dir, env, Path.cwd()),
+        out=sys.stdout,
+        err=sys.stderr,
+        interactive=sys.stdin.isatty(),
+        ask=input,
+        lock_timeout=lock_timeout,
+    )
+
+
+def _specs(path: Path) -> list[ClusterSpec]:
+    """Load specs or exit 1 with every diagnostic; nothing is touched on a bad spec."""
+    result = load(path)
+    if not result.ok:
+        diag_view.write_human(result.diagnostics, sys.stderr)
+        typer.echo(diag_view.validate_summary(result.diagnostics, [], result.files), err=True)
+        raise typer.Exit(1)
+    return list(result.clusters)
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    """Known failures become one clear message and exit status 1; never a traceback."""
+    try:
+        yield
+    except (operations.OperationError, StateError, VastError, planfile.PlanFileError) as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except ValueError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+class _Interrupts:
+    """First SIGINT/SIGTERM: finish the call in flight, save, stop. Second: exit at once."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def requested(self) -> bool:
+        return self.count > 0
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count == 1:
+            sys.stderr.write(
+                "\nInterrupt received: finishing the call in flight, then saving and stopping. "
+                "Interrupt again to exit at once (state may then miss the last call).\n"
+            )
+            return
+        sys.stderr.write("\nTwo interrupts: exiting now without saving.\n")
+        os._exit(130)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast plan examples/clusters\n\n"
+        "  ray-vast plan clusters -out ci.plan --json --detailed-exitcode\n\n"
+        "Exit status: 0 success (with --detailed-exitcode: no changes), 1 error, "
+        "2 changes (with --detailed-exitcode)."
+    )
+)
+def plan(
+    spec_dir: SpecDir = Path("."),
+    out: Annotated[
+        Path | None, typer.Option("-out", "--out", help="Save the plan for `apply FILE`.")
+    ] = None,
+    as_json: JsonFlag = False,
+    detailed_exitcode: Annotated[
+        bool, typer.Option("--detailed-exitcode", help="Exit 2 when there are changes.")
+    ] = False,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """Show what would be rented, stopped and destroyed, and what it does to $/h.
+
+    Compares the specs with vast's live listing and the state file; changes nothing at vast.
+    """
+    specs = _specs(spec_dir)
+    deps = _deps(state_dir, lock_timeout)
+    with _reported():
+        outcome = operations.make_plan(
+            deps,
+            specs,
+            spec_path=spec_dir.resolve(),
+            out_file=out,
+            as_json=as_json,
+            detailed=detailed_exitcode,
+        )
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast apply examples/clusters\n\n"
+        "  ray-vast apply ci.plan\n\n"
+        "  ray-vast apply clusters --auto-approve\n\n"
+        "A saved plan is applied exactly, or refused as stale."
+    )
+)
+def apply(
+    target: Annotated[
+        Path, typer.Argument(help="A spec directory or YAML file, or a plan file from -out.")
+    ] = Path("."),
+    auto_approve: AutoApprove = False,
+    allow_mass_destroy: MassDestroy = False,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """Carry out a plan: rent, stop and destroy at vast, saving state after every call."""
+    deps = _deps(state_dir, lock_timeout)
+    interrupts = _Interrupts()
+    deps.stop_requested = interrupts.requested
+    with _reported(), interrupts.installed():
+        if planfile.looks_like_plan(target):
+            saved = planfile.read(target)
+            specs = _specs(Path(saved.spec_path))
+            code = operations.apply_saved(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)
+        else:
+            specs = _specs(target)
+            code = operations.apply_specs(
+                deps, specs, auto_approve=auto_approve, allow_mass_destroy=allow_mass_destroy
+            )
+    raise typer.Exit(code)
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast down local-sim\n\n"
+        "  ray-vast down rtx4090-pool --spec-dir clusters --auto-approve"
+    )
+)
+def down(
+    cluster: Annotated[str, typer.Argument(help="The cluster name (metadata.name).")],
+    spec_dir: Annotated[
+        Path | None,
+        typer.Option("--spec-dir", help="Specs to find the cluster's provider URL in."),
+    ] = None,
+    auto_approve: AutoApprove = False,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """Destroy every instance that carries the cluster's label, and wait until vast confirms.
+
+    Instances of the cluster made by another state (a lost or copied state file) are listed
+    and destroyed too.
+    """
+    specs = _specs(spec_dir) if spec_dir else []
+    deps = _deps(state_dir, lock_timeout)
+    with _reported():
+        code = operations.down(deps, cluster, specs, auto_approve=auto_approve)
+    raise typer.Exit(code)
+
+
+@app.command(epilog="Examples:\n\n  ray-vast status\n\n  ray-vast status clusters --json")
+def status(
+    spec_dir: Annotated[
+        Path | None, typer.Argument(help="Specs, for caps and the provider URL.")
+    ] = None,
+    as_json: JsonFlag = False,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Clusters, their instances with phase, age and $/h, and the total."""
+    specs = _specs(spec_dir) if spec_dir else []
+    deps = _deps(state_dir)
+    with _reported():
+        code = operations.status(deps, specs, as_json=as_json)
+    raise typer.Exit(code)
+
+
+state_app = typer.Typer(help="Inspect the state file and its lock.", no_args_is_help=True)
+app.add_typer(state_app, name="state")
+
+
+@state_app.command(
+    "list", epilog="Examples:\n\n  ray-vast state list\n\n  ray-vast state list --json"
+)
+def state_list(state_dir: StateDirOption = None, as_json: JsonFlag = False) -> None:
+    """One line per record: id, cluster, kind, phase."""
+    deps = _deps(state_dir)
+    with _reported():
+        records, lineage, serial = deps.read_records()
+    rows = [
+        {"id": r.id, "cluster": r.cluster, "vast_id": r.vast_id, "phase": r.phase.value}
+        for r in sorted(records.instances.values(), key=lambda r: r.id)
+    ]
+    if as_json:
+        typer.echo(json.dumps({"lineage": lineage, "serial": serial, "instances": rows}, indent=2))
+        return
+    typer.echo(f"lineage {lineage} serial {serial}")
+    for row in rows:
+        typer.echo(f"instance.{row['id']}  {row['cluster']}  vast {row['vast_id']}  {row['phase']}")
+
+
+@state_app.command("show", epilog="Examples:\n\n  ray-vast state show i12")
+def state_show(
+    record: Annotated[str, typer.Argument(help="A record id, as `state list` prints it.")],
+    state_dir: StateDirOption = None,
+) -> None:
+    """Every field of one record, as JSON."""
+    deps = _deps(state_dir)
+    with _reported():
+        records, _, _ = deps.read_records()
+    found = records.instances.get(record.removeprefix("instance.")) or records.requests.get(record)
+    if found is None:
+        typer.echo(f"Error: no record {record!r} in the state", err=True)
+        raise typer.Exit(1)
+    typer.echo(json.dumps(encode(found), indent=2))
+
+
+@state_app.command(
+    "force-unlock", epilog="Examples:\n\n  ray-vast state force-unlock 3f2a...  # the lock ID"
+)
+def state_force_unlock(
+    lock_id: Annotated[str, typer.Argument(help="The lock ID printed by the refused command.")],
+    state_dir: StateDirOption = None,
+) -> None:
+    """Remove a lock left by a process that died. Never remove a live one."""
+    deps = _deps(state_dir)
+    with _reported():
+        holder = deps.store().force_unlock(lock_id)
+    typer.echo(f"Lock {lock_id} removed (was held by {holder.info.who}, pid {holder.info.pid}).")
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ class Observation:
     offers: Mapping[NodeKey, tuple[Offer, ...]] = field(default_factory=dict)
     demand: Mapping[NodeKey, int] = field(default_factory=dict)
     listing_error: str | None = None
+    search_errors: Mapping[NodeKey, str] = field(default_factory=dict)
 
     def by_id(self) -> dict[int, Instance]:
         return {i.id: i for i in self.listing or ()}

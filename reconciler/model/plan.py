@@ -88,6 +88,15 @@ class Foreign:
 
 
 @dataclass(frozen=True)
+class Unmet:
+    """Candidates a request wanted that no offer at hand could supply."""
+
+    cluster: str
+    node_type: str
+    count: int
+
+
+@dataclass(frozen=True)
 class ClusterCost:
     cluster: str
     before: float
@@ -108,6 +117,7 @@ class Plan:
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    unmet: tuple[Unmet, ...] = ()
     # The records after the plan's bookkeeping (refresh, requests placed, blocklist, breaker),
     # before any provider action; apply starts from these.
     records: Records = field(default_factory=Records)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from reconciler.model.plan import Action, ActionKind, SkippedOffer
+from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
     BlockEntry,
     BreakerState,
@@ -34,6 +34,7 @@ class Draft:
     actions: list[Action] = field(default_factory=list)
     skipped: list[SkippedOffer] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unmet: list[Unmet] = field(default_factory=list)
     doomed: set[str] = field(default_factory=set)
 
     @classmethod

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
-from reconciler.model.plan import ActionKind, ClusterCost, Plan
+from reconciler.model.plan import Action, ActionKind, ClusterCost, Plan
 from reconciler.model.records import Intent, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits
@@ -62,6 +62,10 @@ def plan(
     refreshed, notes = refresh(records, listing, now)
     draft = Draft.start(refreshed, lineage=lineage, now=now)
     draft.notes.extend(notes)
+    draft.notes.extend(
+        f"offer search for {c}/{n} failed: {why}"
+        for (c, n), why in observation.search_errors.items()
+    )
     specs = {s.name: s for s in desired}
     by_id = {i.id: i for i in listing}
     clusters = sorted({r.cluster for r in draft.instances.values() if r.live} | set(specs))
@@ -88,13 +92,14 @@ def plan(
         created_at=now,
         lineage=lineage,
         serial=serial,
-        listing_fingerprint=fingerprint(listing),
+        listing_fingerprint=fingerprint(listing, touched(actions)),
         actions=tuple(actions),
         costs=tuple(costs),
         skipped=tuple(draft.skipped),
         foreign=tuple(foreign),
         warnings=tuple(warnings),
         notes=tuple(draft.notes),
+        unmet=tuple(draft.unmet),
         records=draft.finish(),
     )
 
@@ -153,9 +158,16 @@ def _foreign_warning(cluster: str, vast_id: int, label: str, dph: float) -> str:
     )
 
 
-def fingerprint(listing: Sequence[Instance]) -> str:
-    """A digest of what a plan saw of each instance, to refuse applying it after a change."""
+def touched(actions: Sequence[Action]) -> frozenset[int]:
+    """The vast ids a plan's actions act on."""
+    return frozenset(a.vast_id for a in actions if a.vast_id is not None)
+
+
+def fingerprint(listing: Sequence[Instance], ids: frozenset[int]) -> str:
+    """A digest of what a plan saw of the instances it touches, to refuse it after they change."""
     rows = sorted(
-        (i.id, i.label or "", i.actual_status or "", i.public_ipaddr or "") for i in listing
+        (i.id, i.label or "", i.actual_status or "", i.public_ipaddr or "")
+        for i in listing
+        if i.id in ids
     )
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()

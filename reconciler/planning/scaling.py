@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from reconciler.model.observed import Offer
-from reconciler.model.plan import Action, ActionKind
+from reconciler.model.plan import Action, ActionKind, Unmet
 from reconciler.model.records import (
     BlockEntry,
     BreakerState,
@@ -193,6 +193,7 @@ def _rent_for(
             )
         )
     if len(selection.chosen) < need:
+        draft.unmet.append(Unmet(spec.name, node_type.name, need - len(selection.chosen)))
         draft.notes.append(
             f"{spec.name}/{node_type.name}: {need - len(selection.chosen)} candidate(s) of "
             f"request {request.id} found no acceptable offer"

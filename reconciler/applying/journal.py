@@ -1,0 +1,72 @@
+"""Where the executor's memory goes: the state store and the ledger, kept in step.
+
+Intent is saved before every provider call and the outcome after it (DESIGN.md section 9), so
+saving must be cheap to call and impossible to forget. `Journal.save` writes the records as the next
+version of the snapshot it last wrote; `Journal.log` appends to the ledger. Both redact the secrets
+they were given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.model.codec import decode, encode
+from reconciler.model.records import Records
+from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerWriter
+from reconciler.state.snapshot import StateSnapshot
+from reconciler.state.store import StateStore
+
+
+def records_of(snapshot: StateSnapshot | None) -> Records:
+    """The typed records of a snapshot (empty for a state that holds none yet)."""
+    if snapshot is None or not snapshot.records:
+        return Records()
+    return decode(Records, dict(snapshot.records))
+
+
+@dataclass
+class Journal:
+    store: StateStore
+    ledger: LedgerWriter
+    snapshot: StateSnapshot
+
+    @property
+    def lineage(self) -> str:
+        return self.snapshot.lineage
+
+    @property
+    def serial(self) -> int:
+        return self.snapshot.serial
+
+    def records(self) -> Records:
+        return records_of(self.snapshot)
+
+    def save(self, records: Records) -> None:
+        self.snapshot = self.store.write(encode(records), based_on=self.snapshot)
+
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.ledger.append(
+            LedgerEvent(
+                cluster=cluster,
+                kind=kind,
+                class_=cls,
+                message=message,
+                record=record,
+                instance=instance,
+                dph=dph,
+                data=dict(data or {}),
+            )
+        )

@@ -1,0 +1,64 @@
+"""Read what the plan needs from vast: one complete listing, and offers where candidates are due.
+
+Offers are searched only for node types the planner could not fill without them, so a quiet
+cluster costs one listing per reconcile and no search (vast allows few searches a minute). A
+listing error is returned as "unknown", never as an empty listing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from reconciler.applying.provider import Provider
+from reconciler.applying.search import offer_search
+from reconciler.model.observation import NodeKey, Observation
+from reconciler.model.observed import Offer
+from reconciler.model.plan import Plan
+from reconciler.model.records import Records
+from reconciler.model.spec import ClusterSpec
+from reconciler.planning.plan import plan as make_plan
+from reconciler.vast.errors import VastError
+
+
+def listing(provider: Provider) -> Observation:
+    try:
+        return Observation(listing=tuple(provider.list_instances()))
+    except VastError as exc:
+        return Observation(listing=None, listing_error=str(exc))
+
+
+def search(
+    provider: Provider, specs: Sequence[ClusterSpec], keys: set[NodeKey]
+) -> tuple[dict[NodeKey, tuple[Offer, ...]], dict[NodeKey, str]]:
+    """Offers per node type, and the searches that failed (those rent nothing this time)."""
+    found: dict[NodeKey, tuple[Offer, ...]] = {}
+    failed: dict[NodeKey, str] = {}
+    by_name = {s.name: s for s in specs}
+    for cluster, node_type in sorted(keys):
+        query = offer_search(by_name[cluster].node_types[node_type])
+        try:
+            found[(cluster, node_type)] = tuple(provider.search_offers(query))
+        except VastError as exc:
+            failed[(cluster, node_type)] = str(exc)
+    return found, failed
+
+
+def observe_and_plan(
+    provider: Provider,
+    specs: Sequence[ClusterSpec],
+    records: Records,
+    *,
+    lineage: str,
+    serial: int,
+    now: float,
+    demand: Mapping[NodeKey, int] | None = None,
+) -> Plan:
+    """List, plan without offers, search where candidates were wanted, plan again."""
+    seen = listing(provider)
+    seen = Observation(seen.listing, demand=dict(demand or {}), listing_error=seen.listing_error)
+    first = make_plan(specs, seen, records, lineage=lineage, serial=serial, now=now)
+    if first.errored or not first.unmet:
+        return first
+    offers, failed = search(provider, specs, {(u.cluster, u.node_type) for u in first.unmet})
+    full = Observation(seen.listing, offers=offers, demand=seen.demand, search_errors=failed)
+    return make_plan(specs, full, records, lineage=lineage, serial=serial, now=now)

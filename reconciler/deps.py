@@ -1,0 +1,98 @@
+"""The dependencies a command runs with, built once by the CLI and passed down.
+
+Everything that touches the outside world (the clock, the environment, the state directory, the
+vast client, the output streams, the terminal) is gathered here, so tests can hand a command a
+fake clock, a served vastsim and a temporary state directory and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from reconciler.applying.journal import Journal, records_of
+from reconciler.applying.provider import Provider
+from reconciler.clock import Clock
+from reconciler.model.codec import encode
+from reconciler.model.records import Records
+from reconciler.model.spec import ClusterSpec
+from reconciler.state.filestore import FileStore
+from reconciler.state.ledger import LedgerWriter, ledger_path
+from reconciler.state.store import StateStore
+from reconciler.vast.factory import KEY_VARIABLE, client_from_settings
+
+STATE_DIR_VARIABLE = "RAY_VAST_STATE_DIR"
+DEFAULT_STATE_DIR = ".ray-vast"
+
+ProviderFactory = Callable[[str | None], Provider]
+
+
+def state_dir_from(option: Path | None, env: Mapping[str, str], cwd: Path) -> Path:
+    """`--state-dir`, else RAY_VAST_STATE_DIR, else `.ray-vast/` in the working directory."""
+    if option is not None:
+        return option
+    if env.get(STATE_DIR_VARIABLE):
+        return Path(env[STATE_DIR_VARIABLE])
+    return cwd / DEFAULT_STATE_DIR
+
+
+@dataclass
+class Deps:
+    clock: Clock
+    env: Mapping[str, str]
+    state_dir: Path
+    out: TextIO
+    err: TextIO
+    interactive: bool
+    ask: Callable[[str], str]
+    provider_factory: ProviderFactory | None = None
+    lock_timeout: float = 0.0
+    stop_requested: Callable[[], bool] = field(default=lambda: False)
+
+    def secrets(self) -> tuple[str, ...]:
+        key = self.env.get(KEY_VARIABLE, "").strip()
+        return (key,) if key else ()
+
+    def store(self) -> StateStore:
+        return FileStore(self.state_dir, clock=self.clock, secrets=self.secrets())
+
+    def provider(self, specs: list[ClusterSpec] | None = None) -> Provider:
+        url = _one_url(specs or [])
+        if self.provider_factory is not None:
+            return self.provider_factory(url)
+        return client_from_settings(env=self.env, spec_url=url, clock=self.clock)
+
+    @contextlib.contextmanager
+    def journal(self, operation: str) -> Iterator[Journal]:
+        """The state, locked for `operation`, with the ledger open; created empty if absent."""
+        store = self.store()
+        store.lock(operation, timeout_seconds=self.lock_timeout)
+        try:
+            snapshot = store.read()
+            if snapshot is None:
+                snapshot = store.write(encode(Records()), based_on=None)
+            with LedgerWriter.open(
+                ledger_path(self.state_dir), clock=self.clock, secrets=self.secrets()
+            ) as ledger:
+                yield Journal(store, ledger, snapshot)
+        finally:
+            store.unlock()
+
+    def read_records(self) -> tuple[Records, str | None, int]:
+        """The records as last saved, without the lock (for `status`)."""
+        snapshot = self.store().read()
+        if snapshot is None:
+            return Records(), None, 0
+        return records_of(snapshot), snapshot.lineage, snapshot.serial
+
+
+def _one_url(specs: list[ClusterSpec]) -> str | None:
+    urls = {s.provider.url for s in specs}
+    if len(urls) > 1:
+        raise ValueError(
+            "the specs name more than one provider URL; run ray-vast on one directory per provider"
+        )
+    return next(iter(urls), None)

@@ -1,0 +1,349 @@
+"""What `plan`, `apply`, `down` and `status` do, given their dependencies.
+
+The CLI parses arguments and maps outcomes to exit codes; these functions do the work, writing
+human output to `deps.out`/`deps.err`. They never read the environment, the clock or the terminal
+except through `deps`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from reconciler import __version__, planfile
+from reconciler.applying.executor import ApplyResult, Executor
+from reconciler.applying.journal import Journal
+from reconciler.applying.launch import ImageLauncher, Launcher
+from reconciler.applying.observe import observe_and_plan
+from reconciler.applying.provider import Provider
+from reconciler.deps import Deps
+from reconciler.model.observed import Instance
+from reconciler.model.plan import Plan
+from reconciler.model.records import Intent, Phase, parse_label
+from reconciler.model.spec import ClusterSpec
+from reconciler.planning.guards import mass_destroys
+from reconciler.planning.plan import fingerprint, touched
+from reconciler.state.ledger import LedgerKind
+from reconciler.vast.errors import VastError
+from reconciler.views import plan as plan_view
+from reconciler.views import status as status_view
+
+# Exit codes, as Terraform's `-detailed-exitcode` has them.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CHANGES = 2
+
+
+class OperationError(Exception):
+    """A refusal to go on, with a message for the person at the terminal."""
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    plan: Plan
+    exit_code: int
+
+
+def make_plan(
+    deps: Deps,
+    specs: Sequence[ClusterSpec],
+    *,
+    spec_path: Path,
+    out_file: Path | None,
+    as_json: bool,
+    detailed: bool,
+) -> PlanOutcome:
+    provider = deps.provider(list(specs))
+    with deps.journal("plan") as journal:
+        plan = _plan(deps, journal, provider, specs)
+    if as_json:
+        deps.out.write(json.dumps(plan_view.as_json(plan), indent=2) + "\n")
+    else:
+        deps.out.write(plan_view.human(plan))
+    if plan.errored:
+        return PlanOutcome(plan, EXIT_ERROR)
+    if out_file is not None:
+        digests = {s.name: s.digest for s in specs}
+        planfile.write(out_file, planfile.SavedPlan(plan, str(spec_path), digests, __version__))
+        if not as_json:
+            deps.out.write(
+                f"\nSaved the plan to: {out_file}\n\nTo perform exactly these actions, run:\n"
+                f"    ray-vast apply {out_file}\n"
+            )
+    elif not as_json and plan.has_changes:
+        deps.out.write(
+            "\nNote: You didn't use the -out option to save this plan, so ray-vast can't "
+            "guarantee to take exactly these actions if you run `ray-vast apply` now.\n"
+        )
+    changed = EXIT_CHANGES if detailed and plan.has_changes else EXIT_OK
+    return PlanOutcome(plan, changed)
+
+
+def _plan(deps: Deps, journal: Journal, provider: Provider, specs: Sequence[ClusterSpec]) -> Plan:
+    return observe_and_plan(
+        provider,
+        specs,
+        journal.records(),
+        lineage=journal.lineage,
+        serial=journal.serial,
+        now=deps.clock.now(),
+    )
+
+
+def apply_specs(
+    deps: Deps,
+    specs: Sequence[ClusterSpec],
+    *,
+    auto_approve: bool,
+    allow_mass_destroy: bool,
+    launcher: Launcher | None = None,
+) -> int:
+    provider = deps.provider(list(specs))
+    with deps.journal("apply") as journal:
+        plan = _plan(deps, journal, provider, specs)
+        deps.out.write(plan_view.human(plan))
+        if plan.errored:
+            return EXIT_ERROR
+        if not plan.has_changes:
+            journal.save(plan.records)
+            return EXIT_OK
+        _guard(plan, journal, allow_mass_destroy)
+        if not auto_approve:
+            _confirm(deps)
+        result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=launcher)
+    return _report(deps, result)
+
+
+def apply_saved(
+    deps: Deps,
+    saved: planfile.SavedPlan,
+    specs: Sequence[ClusterSpec],
+    *,
+    allow_mass_destroy: bool,
+    launcher: Launcher | None = None,
+) -> int:
+    """Apply exactly a saved plan, or refuse it as stale."""
+    digests = {s.name: s.digest for s in specs}
+    if digests != saved.spec_digests:
+        raise OperationError(
+            "Saved plan is stale: the cluster specs changed since the plan was made; plan again."
+        )
+    plan = saved.plan
+    provider = deps.provider(list(specs))
+    with deps.journal("apply") as journal:
+        if journal.lineage != plan.lineage:
+            raise OperationError(
+                "Saved plan does not match the given state: it was created from a different "
+                f"state lineage ({plan.lineage[:8]}, the state is {journal.lineage[:8]})."
+            )
+        if journal.serial != plan.serial:
+            raise OperationError(
+                f"Saved plan is stale: the state changed since the plan was made (serial "
+                f"{plan.serial} -> {journal.serial}); plan again."
+            )
+        listing = provider.list_instances()
+        if fingerprint(listing, touched(plan.actions)) != plan.listing_fingerprint:
+            raise OperationError(
+                "Saved plan is stale: the live instances it acts on changed since it was made; "
+                "plan again."
+            )
+        _guard(plan, journal, allow_mass_destroy)
+        result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=launcher)
+    return _report(deps, result)
+
+
+def _guard(plan: Plan, journal: Journal, allow: bool) -> None:
+    flagged = mass_destroys(plan, journal.records())
+    if flagged and not allow:
+        raise OperationError(
+            "This plan destroys most of a cluster ("
+            + "; ".join(flagged)
+            + "). Re-run with --allow-mass-destroy if that is what you want."
+        )
+
+
+def _confirm(deps: Deps) -> None:
+    if not deps.interactive:
+        raise OperationError(
+            "apply needs approval: no terminal to ask on. Re-run with --auto-approve, or save "
+            "the plan with `ray-vast plan -out FILE` and apply the file."
+        )
+    deps.out.write(
+        "\nDo you want to perform these actions?\n  ray-vast will perform the actions described "
+        "above.\n  Only 'yes' will be accepted to approve.\n\n"
+    )
+    if deps.ask("  Enter a value: ").strip() != "yes":
+        raise OperationError("Apply cancelled.")
+
+
+def _execute(
+    deps: Deps,
+    journal: Journal,
+    provider: Provider,
+    *,
+    specs: Sequence[ClusterSpec],
+    plan: Plan,
+    launcher: Launcher | None,
+) -> ApplyResult:
+    executor = Executor(
+        provider=provider,
+        journal=journal,
+        launcher=launcher or ImageLauncher(),
+        specs={s.name: s for s in specs},
+        now=deps.clock.now,
+        stop_requested=deps.stop_requested,
+        progress=lambda line: _say(deps, line),
+    )
+    return executor.apply(plan)
+
+
+def _say(deps: Deps, line: str) -> None:
+    deps.out.write(line + "\n")
+    deps.out.flush()
+
+
+def _report(deps: Deps, result: ApplyResult) -> int:
+    counts: dict[str, int] = {}
+    for action in result.done:
+        counts[action.kind.value] = counts.get(action.kind.value, 0) + 1
+    done = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "nothing done"
+    if result.interrupted:
+        deps.err.write(f"\nApply interrupted; state saved. Done: {done}.\n")
+        return EXIT_ERROR
+    if result.failed:
+        for action, why in result.failed:
+            deps.err.write(f"Error: {action.kind.value} {action.record or action.vast_id}: {why}\n")
+        deps.err.write(f"\nApply finished with errors. Done: {done}.\n")
+        return EXIT_ERROR
+    deps.out.write(f"\nApply complete! {done}.\n")
+    return EXIT_OK
+
+
+# --- down ----------------------------------------------------------------------------------
+
+
+def down(deps: Deps, cluster: str, specs: Sequence[ClusterSpec], *, auto_approve: bool) -> int:
+    """Destroy every instance that carries the cluster's label, whoever's state made it."""
+    provider = deps.provider([s for s in specs if s.name == cluster])
+    with deps.journal("down") as journal:
+        try:
+            listing = provider.list_instances()
+        except VastError as exc:
+            raise OperationError(
+                f"cannot list vast's instances ({exc}); nothing destroyed"
+            ) from exc
+        targets = [i for i in listing if _labelled_for(i, cluster)]
+        deps.out.write(status_view.down_listing(cluster, targets, journal.lineage))
+        if not targets:
+            _close_records(journal, cluster, deps.clock.now())
+            return EXIT_OK
+        if not auto_approve:
+            _confirm(deps)
+        failed = _destroy_all(deps, journal, provider, cluster, targets)
+        remaining = _wait_gone(deps, provider, {t.id for t in targets} - failed)
+        if not failed and not remaining:
+            _close_records(journal, cluster, deps.clock.now())
+    if failed or remaining:
+        deps.err.write(f"Error: still present at vast: {sorted(failed | remaining)}\n")
+        return EXIT_ERROR
+    deps.out.write(f"\nDown complete: {len(targets)} instance(s) of {cluster} destroyed.\n")
+    return EXIT_OK
+
+
+def _labelled_for(instance: Instance, cluster: str) -> bool:
+    info = parse_label(instance.label)
+    return info is not None and info.cluster == cluster
+
+
+def _destroy_all(
+    deps: Deps, journal: Journal, provider: Provider, cluster: str, targets: list[Instance]
+) -> set[int]:
+    records = journal.records()
+    by_vast = records.by_vast_id()
+    failed: set[int] = set()
+    for instance in targets:
+        record = by_vast.get(instance.id)
+        if record is not None:
+            records = replace(
+                records,
+                instances={
+                    **records.instances,
+                    record.id: replace(record, intent=Intent.DESTROYED, phase=Phase.DESTROYING),
+                },
+            )
+            journal.save(records)
+        journal.log(
+            cluster,
+            LedgerKind.CALL,
+            "down",
+            f"destroy instance {instance.id}",
+            record=record.id if record else None,
+            instance=instance.id,
+            dph=-(instance.dph_total or 0.0),
+        )
+        try:
+            provider.destroy_instance(instance.id)
+        except VastError as exc:
+            failed.add(instance.id)
+            journal.log(
+                cluster, LedgerKind.OUTCOME, "down", f"destroy failed: {exc}", instance=instance.id
+            )
+            continue
+        deps.out.write(f"{cluster}: instance {instance.id} ({instance.label}): destroy requested\n")
+    return failed
+
+
+def _wait_gone(deps: Deps, provider: Provider, ids: set[int], timeout: float = 300.0) -> set[int]:
+    """Wait until vast's listing no longer shows `ids`: vast confirms each destroy."""
+    deadline = deps.clock.now() + timeout
+    while ids:
+        try:
+            listed = {i.id for i in provider.list_instances()}
+        except VastError:
+            listed = ids
+        ids = ids & listed
+        if not ids or deps.clock.now() >= deadline:
+            break
+        deps.clock.sleep(1.0)
+    return ids
+
+
+def _close_records(journal: Journal, cluster: str, now: float) -> None:
+    records = journal.records()
+    closed = {
+        rid: replace(
+            r,
+            intent=Intent.DESTROYED,
+            phase=Phase.DESTROYED,
+            ended_at=now,
+            ended_reason=r.ended_reason or "down",
+        )
+        if r.cluster == cluster and r.live
+        else r
+        for rid, r in records.instances.items()
+    }
+    journal.save(replace(records, instances=closed))
+    journal.log(cluster, LedgerKind.OUTCOME, "down", f"cluster {cluster} is down")
+
+
+# --- status --------------------------------------------------------------------------------
+
+
+def status(deps: Deps, specs: Sequence[ClusterSpec], *, as_json: bool) -> int:
+    records, lineage, serial = deps.read_records()
+    listing: list[Instance] | None
+    error = None
+    try:
+        listing = deps.provider(list(specs)).list_instances()
+    except VastError as exc:
+        listing, error = None, str(exc)
+    view = status_view.build(
+        records, listing, specs, lineage=lineage, serial=serial, now=deps.clock.now(), error=error
+    )
+    if as_json:
+        deps.out.write(json.dumps(view, indent=2) + "\n")
+    else:
+        deps.out.write(status_view.human(view))
+    return EXIT_OK if error is None else EXIT_ERROR

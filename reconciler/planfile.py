@@ -1,0 +1,81 @@
+"""Saved plans (`ray-vast plan -out FILE`): exactly what `apply FILE` will do, or a refusal.
+
+A plan file carries the plan (with the records it starts from), the state's lineage and serial, a
+fingerprint of the live instances it touches, and the digest of every cluster spec it was made
+from. `apply FILE` refuses it when any of those moved on, the way Terraform refuses a stale plan:
+plan and apply run in different CI jobs, and the world may change in between.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reconciler import __version__
+from reconciler.model.codec import decode, encode
+from reconciler.model.plan import Plan
+
+KIND = "ray-vast-plan"
+FILE_VERSION = 1
+
+
+class PlanFileError(Exception):
+    """A plan file that cannot be applied: unreadable, from another version, or stale."""
+
+
+@dataclass(frozen=True)
+class SavedPlan:
+    plan: Plan
+    spec_path: str
+    spec_digests: dict[str, str]
+    tool_version: str
+
+
+def write(path: Path, saved: SavedPlan) -> None:
+    """Write 0600: plans describe the account's machines and are treated as sensitive."""
+    payload = {
+        "kind": KIND,
+        "file_version": FILE_VERSION,
+        "ray_vast_version": saved.tool_version,
+        "spec_path": saved.spec_path,
+        "spec_digests": saved.spec_digests,
+        "plan": encode(saved.plan),
+    }
+    data = json.dumps(payload, indent=2, sort_keys=True).encode() + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(path: Path) -> SavedPlan:
+    try:
+        payload: Any = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PlanFileError(f"{path} is not a readable plan file: {exc}") from exc
+    if not isinstance(payload, dict) or payload.get("kind") != KIND:
+        raise PlanFileError(f"{path} is not a ray-vast plan file")
+    if (
+        payload.get("file_version") != FILE_VERSION
+        or payload.get("ray_vast_version") != __version__
+    ):
+        raise PlanFileError(
+            f"{path} was written by ray-vast {payload.get('ray_vast_version')}; plan files "
+            f"cannot move between versions (this is {__version__}): plan again"
+        )
+    try:
+        plan = decode(Plan, payload["plan"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanFileError(f"{path} holds a damaged plan: {exc}") from exc
+    return SavedPlan(plan, str(payload["spec_path"]), dict(payload["spec_digests"]), __version__)
+
+
+def looks_like_plan(path: Path) -> bool:
+    """A file argument to `apply` is a plan file; a directory or a YAML file is specs."""
+    return path.is_file() and path.suffix not in (".yaml", ".yml")

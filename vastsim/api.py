@@ -94,7 +94,9 @@ class Api:
         limited = faults.limiter.check(found.key, f"{req.api_key or ''}@{req.client}", now)
         if limited is not None:
             return limited
-        response = self._authorize(found, identity, params) or self._run(found, req, params, identity)
+        response = self._authorize(found, identity, params) or self._run(
+            found, req, params, identity
+        )
         late = faults.take(found.key, after=True)
         if late is not None:
             if late.response is None:
@@ -177,7 +179,9 @@ class Api:
 
     # -- market -------------------------------------------------------------------------------
 
-    def gpu_names(self, req: Request, params: dict[str, str], who: Identity, now: float) -> Response:
+    def gpu_names(
+        self, req: Request, params: dict[str, str], who: Identity, now: float
+    ) -> Response:
         return json_response({"gpu_names": self.sim.market.gpu_names()})
 
     def current_user(
@@ -230,7 +234,9 @@ class Api:
             raise BadRequest("invalid_request", "q must be a JSON object")
         return json_response({"offers": self.search(body, now)})
 
-    def search_asks(self, req: Request, params: dict[str, str], who: Identity, now: float) -> Response:
+    def search_asks(
+        self, req: Request, params: dict[str, str], who: Identity, now: float
+    ) -> Response:
         body = req.json_object()
         query = body.get("q", {})
         if not isinstance(query, dict):
@@ -364,7 +370,9 @@ class Api:
             return invalid_args(f"state must be running or stopped, not {state!r}")
         return json_response({"success": True})
 
-    def bulk_state(self, req: Request, params: dict[str, str], who: Identity, now: float) -> Response:
+    def bulk_state(
+        self, req: Request, params: dict[str, str], who: Identity, now: float
+    ) -> Response:
         body = req.json_object()
         ids = id_list(body.get("ids", body.get("instance_ids")))
         done, missing = [], []
@@ -415,7 +423,9 @@ class Api:
         self.sim.fleet.recycle(inst, now)
         return json_response({"success": True})
 
-    def bid_price(self, req: Request, params: dict[str, str], who: Identity, now: float) -> Response:
+    def bid_price(
+        self, req: Request, params: dict[str, str], who: Identity, now: float
+    ) -> Response:
         body = req.json_object()
         price = body.get("price")
         if price is not None:
@@ -510,7 +520,9 @@ class Api:
         shown = {k: v for k, v in record.items() if k != "key"}
         return json_response({"success": True, "key": {**shown, "public_key": record["key"]}})
 
-    def delete_ssh(self, req: Request, params: dict[str, str], who: Identity, now: float) -> Response:
+    def delete_ssh(
+        self, req: Request, params: dict[str, str], who: Identity, now: float
+    ) -> Response:
         key_id = int(params["key_id"])
         before = len(self.sim.ssh_keys)
         self.sim.ssh_keys[:] = [k for k in self.sim.ssh_keys if k["id"] != key_id]
@@ -572,7 +584,8 @@ def create_request(body: dict[str, Any]) -> CreateRequest:
     if not image and not template:
         raise BadRequest("invalid_args", "error 400/3467: Invalid args: image is required")
     try:
-        disk = float(body.get("disk") if body.get("disk") is not None else 8.0)
+        raw_disk: Any = body.get("disk")
+        disk = float(8.0 if raw_disk is None else raw_disk)
         env = tuple(parse_env(body.get("env")))
     except (TypeError, ValueError) as exc:
         raise BadRequest("invalid_args", f"error 400/3467: Invalid args: {exc}") from None
@@ -592,7 +605,9 @@ def create_request(body: dict[str, Any]) -> CreateRequest:
     args = body.get("args")
     if args is None and isinstance(body.get("args_str"), str):
         args = shlex.split(body["args_str"])
-    if args is not None and (not isinstance(args, list) or not all(isinstance(a, str) for a in args)):
+    if args is not None and (
+        not isinstance(args, list) or not all(isinstance(a, str) for a in args)
+    ):
         raise BadRequest("invalid_args", "error 400/3467: Invalid args: args must be strings")
     runtype = body.get("runtype") or ("args" if args is not None else "ssh")
     onstart = body.get("onstart")

@@ -40,7 +40,9 @@ class Meter:
 
     # -- recording (called by the life cycle) ------------------------------------------------------
 
-    def open(self, instance_id: int, at: float, rate: float, status: str | None, label: str | None) -> None:
+    def open(
+        self, instance_id: int, at: float, rate: float, status: str | None, label: str | None
+    ) -> None:
         with self._lock:
             self._segments[instance_id] = [Segment(at, None, rate, status)]
             self._labels[instance_id] = label
@@ -98,7 +100,10 @@ class Meter:
 
     def segments(self, instance_id: int) -> list[Segment]:
         with self._lock:
-            return [Segment(s.start, s.end, s.rate, s.status) for s in self._segments.get(instance_id, [])]
+            return [
+                Segment(s.start, s.end, s.rate, s.status)
+                for s in self._segments.get(instance_id, [])
+            ]
 
     def rate(self, instance_id: int) -> float:
         """The $/h being billed right now (0 once destroyed)."""

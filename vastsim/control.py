@@ -3,10 +3,10 @@
 Every request needs the header `X-Vastsim-Admin: <admin key>`; without an admin key configured the
 control API answers 404, like any unknown path. Control requests are not in the request log.
 
-    POST   /_sim/faults/{name}   body: keyword arguments of `Faults.<name>`  -> {"success", "result"}
+    POST   /_sim/faults/{name}   body: keyword arguments of `Faults.<name>`
     GET    /_sim/requests        the request log          DELETE /_sim/requests  clears it
     GET    /_sim/counters        requests per route key
-    GET    /_sim/meter           {"total", "instances": {id: $}} (?label_prefix=... adds "label_prefix")
+    GET    /_sim/meter           {"total", "instances": {id: $}}; ?label_prefix=p adds it
     GET    /_sim/instances       every live instance's row
     POST   /_sim/advance         {"seconds": s}  (virtual clock only)
     POST   /_sim/step            run the life cycles now
@@ -53,9 +53,7 @@ class Control:
         self.sim = sim
 
     def guard(self, handler: Handler) -> Handler:
-        def guarded(
-            req: Request, params: dict[str, str], who: Identity, now: float
-        ) -> Response:
+        def guarded(req: Request, params: dict[str, str], who: Identity, now: float) -> Response:
             admin = self.sim.admin_key
             if admin is None:
                 return error(404, "not_found", f"No route for {req.path}")

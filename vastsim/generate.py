@@ -58,7 +58,7 @@ GPU_IMAGE = "rayproject/ray:2.60.0-py311-cu124"
 
 def generate_machines(seed: int, count: int, *, faulty: float = 0.0) -> list[Machine]:
     """`count` machines on hosts of one to four machines each, drawn from `seed`."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - a simulation, not cryptography
     machines: list[Machine] = []
     host_id = 100_000
     while len(machines) < count:
@@ -67,12 +67,22 @@ def generate_machines(seed: int, count: int, *, faulty: float = 0.0) -> list[Mac
         datacenter = rng.random() < 0.2
         for _ in range(min(rng.randint(1, 4), count - len(machines))):
             machine_id = 200_000 + len(machines) + 1
-            machines.append(_machine(rng, machine_id, host_id, place, datacenter, faulty))
+            machines.append(
+                _machine(
+                    rng, machine_id, host_id, place=place, datacenter=datacenter, faulty=faulty
+                )
+            )
     return machines
 
 
 def _machine(
-    rng: random.Random, machine_id: int, host_id: int, place: str, datacenter: bool, faulty: float
+    rng: random.Random,
+    machine_id: int,
+    host_id: int,
+    *,
+    place: str,
+    datacenter: bool,
+    faulty: float,
 ) -> Machine:
     gpu = rng.choice(CATALOGUE)
     num_gpus = rng.choice(gpu.counts)
@@ -80,9 +90,7 @@ def _machine(
     dph = round(rng.uniform(*gpu.price), 4)
     reliability = round(min(0.9999, max(0.5, rng.gauss(0.975 if datacenter else 0.95, 0.04))), 4)
     cached = tuple(
-        image
-        for image, share in ((CPU_IMAGE, 0.5), (GPU_IMAGE, 0.3))
-        if rng.random() < share
+        image for image, share in ((CPU_IMAGE, 0.5), (GPU_IMAGE, 0.3)) if rng.random() < share
     )
     return Machine(
         machine_id=machine_id,

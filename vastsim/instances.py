@@ -90,21 +90,21 @@ def parse_env(value: Any) -> list[tuple[str, str]]:
 
 
 def _parse_env_string(text: str) -> list[tuple[str, str]]:
-    tokens = shlex.split(text)
+    words = shlex.split(text)
     out: list[tuple[str, str]] = []
     i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        arg = tokens[i + 1] if i + 1 < len(tokens) else ""
-        if token == "-e" and "=" in arg:
+    while i < len(words):
+        word = words[i]
+        arg = words[i + 1] if i + 1 < len(words) else ""
+        if word == "-e" and "=" in arg:
             key, _, val = arg.partition("=")
             out.append((key, val))
             i += 2
-        elif token == "-p":
+        elif word == "-p":
             out.append((f"-p {arg}", "1"))
             i += 2
-        elif token in ("-h", "-v", "-n"):
-            out.append((token, arg))
+        elif word in ("-h", "-v", "-n"):
+            out.append((word, arg))
             i += 2
         else:
             i += 1

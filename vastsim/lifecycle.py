@@ -518,7 +518,9 @@ class Fleet:
     def _schedule_host_traits(self, machine: Machine) -> None:
         traits = machine.traits
         if traits.offline_at is not None:
-            self._push(self.start_time + traits.offline_at, lambda t: self.machine_offline(machine, t))
+            self._push(
+                self.start_time + traits.offline_at, lambda t: self.machine_offline(machine, t)
+            )
         if traits.ip_change_at is not None:
             self._push(self.start_time + traits.ip_change_at, lambda t: self.change_ip(machine, t))
         if traits.outbid_at is not None:

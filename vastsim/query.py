@@ -293,7 +293,11 @@ def sort_rows(
     """Stable multi-key sort; nulls last ascending and first descending, as Postgres does."""
     out = list(rows)
     for field, descending in reversed(order):
-        out.sort(key=lambda row, f=field: sort_key(row.get(f)), reverse=descending)
+
+        def key(row: Mapping[str, Any], f: str = field) -> tuple[int, int, float, str]:
+            return sort_key(row.get(f))
+
+        out.sort(key=key, reverse=descending)
     return out
 
 

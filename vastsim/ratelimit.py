@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import Any
 
 from vastsim.wire import JSON, Response, text_response
 
@@ -40,10 +41,16 @@ def too_many_requests(
     if style == "text":
         response = text_response(429, f"API requests too frequent: endpoint threshold={threshold}")
     elif style == "detail":
-        body = {"detail": f"API requests too frequent endpoint threshold={threshold}"}
+        body: dict[str, Any] = {
+            "detail": f"API requests too frequent endpoint threshold={threshold}"
+        }
         response = Response(429, json.dumps(body).encode(), JSON)
     elif style == "json":
-        body = {"success": False, "error": "rate_limit_exceeded", "msg": "API requests too frequent"}
+        body = {
+            "success": False,
+            "error": "rate_limit_exceeded",
+            "msg": "API requests too frequent",
+        }
         response = Response(429, json.dumps(body).encode(), JSON)
     elif style == "quota":
         body = {

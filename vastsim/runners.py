@@ -193,8 +193,10 @@ class ScriptedRunner(FakePorts):
         with self._lock:
             for instance_id, (container, _) in live:
                 current = self._live.get(instance_id)
-                if container.exit_code is not None and current is not None and (
-                    current[0] is container
+                if (
+                    container.exit_code is not None
+                    and current is not None
+                    and (current[0] is container)
                 ):
                     del self._live[instance_id]
                     exited.append(instance_id)

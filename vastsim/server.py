@@ -42,12 +42,16 @@ class _RequestHandler(WSGIRequestHandler):
         if not self.parse_request():
             return
         handler = _Handler(
-            self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=True
+            self.rfile,
+            self.wfile,  # type: ignore[arg-type]
+            self.get_stderr(),
+            self.get_environ(),
+            multithread=True,
         )
         handler.request_handler = self  # type: ignore[attr-defined]
         handler.run(self.server.get_app())  # type: ignore[attr-defined]
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet."""
 
 
@@ -84,7 +88,9 @@ class Server:
         )
         self._serving.start()
         steps = (
-            not isinstance(sim.clock, VirtualClock) if background_steps is None else background_steps
+            not isinstance(sim.clock, VirtualClock)
+            if background_steps is None
+            else background_steps
         )
         self._stepping: threading.Thread | None = None
         if steps:

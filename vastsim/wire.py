@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl
 JSON = "application/json"
 
 
-class DropConnection(Exception):  # noqa: N818 - it is an instruction, not an error
+class DropConnection(Exception):
     """Close the connection without sending a response."""
 
 

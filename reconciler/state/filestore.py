@@ -72,8 +72,8 @@ class FileStore:
         self._clock = clock
         self._secrets = normalise_secrets(secrets)
         self._tool_version = tool_version
-        self._identity = identity or Identity.current()
-        self._lockfile = LockFile(self.lock_path, host=self._identity.who.rpartition("@")[2])
+        self._identity = identity
+        self._lockfile = LockFile(self.lock_path)
         self._fd: int | None = None
         self._held: LockInfo | None = None
 
@@ -169,7 +169,7 @@ class FileStore:
     def _try_lock(self, operation: str) -> LockInfo | StateLockedError:
         info = new_lock_info(
             operation=operation,
-            identity=self._identity,
+            identity=self._me(),
             clock=self._clock,
             tool_version=self._tool_version,
             path=str(self.path),
@@ -198,10 +198,16 @@ class FileStore:
             held = self._held
             self.unlock()
             return LockHolder(held, Liveness.ALIVE)
-        return self._lockfile.remove(lock_id)
+        return self._lockfile.remove(lock_id, host=self._me().host)
 
     def lock_holder(self) -> LockHolder | None:
-        return self._lockfile.holder()
+        return self._lockfile.holder(host=self._me().host)
+
+    def _me(self) -> Identity:
+        """This process's identity, looked up when first needed rather than at construction."""
+        if self._identity is None:
+            self._identity = Identity.current()
+        return self._identity
 
     def _require_lock(self) -> None:
         if self._fd is None or self._held is None:

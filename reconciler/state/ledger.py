@@ -126,7 +126,13 @@ class LedgerEntry:
         return entry
 
     def check(self) -> None:
-        """The rules the schema states that the types alone do not."""
+        """The schema's rules, checked before a line is written (callers are not type-checked)."""
+        _expect(self.cluster, str, "cluster")
+        _expect(self.class_, str, "class")
+        _expect(self.message, str, "message")
+        _expect(self.record, str | None, "record")
+        _expect(self.instance, int | None, "instance")
+        _expect(self.dph, float | None, "dph")
         if not self.cluster:
             raise ValueError("`cluster` is empty")
         if not CLASS_PATTERN.match(self.class_):
@@ -135,6 +141,18 @@ class LedgerEntry:
             raise ValueError(f"`seq` {self.seq} is below 1")
         if not math.isfinite(self.time) or (self.dph is not None and not math.isfinite(self.dph)):
             raise ValueError("`time` and `dph` must be finite")
+
+
+def _as_float(value: float | None) -> float | None:
+    """An integer $/h becomes a float; anything else is left for `check` to judge."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _expect(value: object, kind: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f"`{name}` is {type(value).__name__}, not {kind}")
 
 
 def _string(doc: dict[str, Any], name: str) -> str:
@@ -213,7 +231,7 @@ class LedgerWriter:
         self._seq = self._recover(fd)
 
     @classmethod
-    def open(cls, path: Path, *, clock: Clock, secrets: Iterable[str] = ()) -> LedgerWriter:
+    def open(cls, path: Path, *, clock: Clock, secrets: Iterable[str] = ()) -> Self:
         """Open (creating it 0600, in a 0700 directory) the ledger at `path` for appending."""
         ensure_private_dir(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
@@ -234,6 +252,10 @@ class LedgerWriter:
             os.fsync(fd)
         return last_seq(fd, size)
 
+    def _sync(self, fd: int) -> None:
+        """Make appended lines durable; a hook so tests can count syncs."""
+        os.fsync(fd)
+
     def append(self, event: LedgerEvent) -> LedgerEntry:
         """Append one entry durably (flush + fsync) and return it as written."""
         (entry,) = self.append_all([event])
@@ -249,7 +271,7 @@ class LedgerWriter:
             return entries
         try:
             write_all(fd, b"".join(encode_line(e) for e in entries))
-            os.fsync(fd)
+            self._sync(fd)
         except BaseException:
             self._seq = self._recover(fd)  # a partial write: mend it and learn where we are
             raise
@@ -267,7 +289,7 @@ class LedgerWriter:
             message=redact(event.message, self._secrets),
             record=redact(event.record, self._secrets),
             instance=event.instance,
-            dph=None if event.dph is None else float(event.dph),
+            dph=_as_float(event.dph),
             data=plain_json(redact(event.data, self._secrets), "data"),
         )
         entry.check()

@@ -89,6 +89,10 @@ class Identity:
     who: str
     pid: int
 
+    @property
+    def host(self) -> str:
+        return self.who.rpartition("@")[2]
+
     @classmethod
     def current(cls) -> Identity:
         """This process. The user comes from the password database, not from $USER."""
@@ -158,9 +162,8 @@ def _read_fd(fd: int) -> bytes:
 class LockFile:
     """The mechanics of one `state.lock`; the store decides when to use them."""
 
-    def __init__(self, path: Path, *, host: str) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self._host = host
 
     def try_acquire(self, info: LockInfo) -> int | LockHolder:
         """Take the lock and return the descriptor that holds it, or the current holder."""
@@ -168,11 +171,11 @@ class LockFile:
             fd = self._publish(info)
             if fd is not None:
                 return fd
-            holder = self.holder()
+            holder = self.holder(host=info.host)
             if holder is not None:
                 return holder
             # Released between our link and our look: try again at once.
-        holder = self.holder()
+        holder = self.holder(host=info.host)
         if holder is None:
             raise LockFileUnreadableError(self.path, "it keeps appearing and vanishing")
         return holder
@@ -200,8 +203,11 @@ class LockFile:
         fsync_dir(self.path.parent)
         return fd
 
-    def holder(self) -> LockHolder | None:
-        """Who holds the lock now, and whether they are alive; None if there is no lock."""
+    def holder(self, *, host: str) -> LockHolder | None:
+        """Who holds the lock now, and whether they are alive; None if there is no lock.
+
+        `host` is the looker's: a free flock proves the holder dead only if it ran on this host.
+        """
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -223,12 +229,9 @@ class LockFile:
             info = LockInfo.from_json(json.loads(data))
         except (UnicodeDecodeError, ValueError) as exc:
             raise LockFileUnreadableError(self.path, str(exc)) from exc
-        return LockHolder(info, self._liveness(info, flock_free=flock_free))
-
-    def _liveness(self, info: LockInfo, *, flock_free: bool) -> Liveness:
         if not flock_free:
-            return Liveness.ALIVE
-        return Liveness.DEAD if info.host == self._host else Liveness.UNKNOWN
+            return LockHolder(info, Liveness.ALIVE)
+        return LockHolder(info, Liveness.DEAD if info.host == host else Liveness.UNKNOWN)
 
     def owns(self, fd: int) -> bool:
         """Whether `state.lock` is still the file this descriptor locked (no force-unlock since)."""
@@ -245,9 +248,9 @@ class LockFile:
         finally:
             os.close(fd)
 
-    def remove(self, lock_id: str) -> LockHolder:
+    def remove(self, lock_id: str, *, host: str) -> LockHolder:
         """Remove the lock if, and only if, its ID is `lock_id` (the ID acts as a nonce)."""
-        holder = self.holder()
+        holder = self.holder(host=host)
         if holder is None:
             raise UnlockRefusedError(f"There is no state lock at {self.path}: nothing to unlock.")
         if holder.info.id != lock_id:

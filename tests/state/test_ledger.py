@@ -286,8 +286,11 @@ def test_a_secret_never_reaches_the_file(path: Path, ledger: LedgerWriter) -> No
         event(dph=math.inf),
         event(data={"when": object()}),
         event(data={1: "int key"}),
+        event(instance="31337"),  # type: ignore[arg-type]
+        event(dph="0.5"),
+        event(record=7),
     ],
-    ids=["class", "cluster", "dph", "data-object", "data-key"],
+    ids=["class", "cluster", "dph", "data-object", "data-key", "instance", "dph-str", "record"],
 )
 def test_an_invalid_event_is_refused_and_nothing_of_its_batch_is_written(
     path: Path, ledger: LedgerWriter, bad: LedgerEvent

@@ -140,10 +140,10 @@ def test_reads_return_copies_the_caller_may_change(stores: Stores) -> None:
     store = stores.make()
     with locked(store, "apply"):
         written = store.write(RECORDS, based_on=None)
-    written.records["instances"]["i-1"]["vast_id"] = 99  # type: ignore[index]
+    written.records["instances"]["i-1"]["vast_id"] = 99
     read = store.read()
     assert read is not None
-    read.records["clusters"].clear()  # type: ignore[attr-defined]
+    read.records["clusters"].clear()
     assert stores.make().read() == dataclasses.replace(written, records=RECORDS)
 
 

@@ -105,8 +105,8 @@ class FileStore:
         return (
             f"The previous version is in {self.backup_path} (lineage {backup.lineage}, serial"
             f" {backup.serial}). Inspect both files; to recover, copy the backup over {self.path}."
-            " Instances rented after that version carry this state's label and are found again"
-            " by the next plan."
+            " Instances rented after that version still carry this state's lineage in their"
+            " labels, so the provider's listing shows them."
         )
 
     # -- writing -------------------------------------------------------------------------------

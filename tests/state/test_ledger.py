@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,9 @@ def path(state_dir: Path) -> Path:
 
 
 @pytest.fixture
-def ledger(path: Path, clock: RecordingClock) -> LedgerWriter:
-    return LedgerWriter.open(path, clock=clock, secrets=(SECRET,))
+def ledger(path: Path, clock: RecordingClock) -> Iterator[LedgerWriter]:
+    with LedgerWriter.open(path, clock=clock, secrets=(SECRET,)) as writer:
+        yield writer
 
 
 def lines(path: Path) -> list[dict[str, object]]:

@@ -160,6 +160,30 @@ class BreakerState:
 
 
 @dataclass(frozen=True)
+class JoinToken:
+    """A single-use enrollment token, stored only as its hash, bound to one record and boot."""
+
+    token_hash: str
+    record_id: str
+    cluster: str
+    issued_at: float
+    expires_at: float
+    used_at: float | None = None
+    boot_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    """Something a person should look at; shown by `status` until acknowledged."""
+
+    at: float
+    cluster: str
+    cls: str
+    message: str
+    record: str | None = None
+
+
+@dataclass(frozen=True)
 class ClusterRecord:
     name: str
     spec_digest: str
@@ -175,6 +199,9 @@ class Records:
     blocklist: Mapping[str, Mapping[int, BlockEntry]] = field(default_factory=dict)
     breakers: Mapping[str, BreakerState] = field(default_factory=dict)
     clusters: Mapping[str, ClusterRecord] = field(default_factory=dict)
+    tokens: Mapping[str, JoinToken] = field(default_factory=dict)
+    revoked_certs: tuple[int, ...] = ()
+    alerts: tuple[Alert, ...] = ()
     next_id: int = 1
 
     def live_instances(self, cluster: str | None = None) -> list[InstanceRecord]:

@@ -1,0 +1,5 @@
+"""`python -m reconciler` is `ray-vast`."""
+
+from reconciler.cli import main
+
+main()

@@ -1,0 +1,187 @@
+"""The process runner: containers are real local process groups with vast's environment and
+vast's PID-1 semantics. Real time, so every wait polls a condition with a deadline."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from vastsim import ProcessRunner, RealClock, Sim, Timing, serve
+from vastsim.process import group_pids
+from vastsim.server import Server
+
+from .conftest import IMAGE, KEY, offer_on, show, small_market, wait_for
+
+SCRIPT = r"""
+import json, os, signal, subprocess, sys, time, urllib.request
+boot = os.environ["VASTSIM_BOOT"]
+child = subprocess.Popen(["sleep", "1000"])
+
+def on_term(sig, frame):
+    open(f"term-{boot}", "w").close()
+    os._exit(0)
+
+def on_other(sig, frame):
+    open(f"caught-{sig}-{boot}", "w").close()
+
+signal.signal(signal.SIGTERM, on_term)
+for other in (signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
+    signal.signal(other, on_other)
+url = os.environ["VAST_URL"] + "/api/v0/instances/" + os.environ["CONTAINER_ID"] + "/"
+request = urllib.request.Request(
+    url, headers={"Authorization": "Bearer " + os.environ["CONTAINER_API_KEY"]}
+)
+with urllib.request.urlopen(request, timeout=10) as answer:
+    shown = json.load(answer)["instances"]["id"]
+info = {"pid": os.getpid(), "child": child.pid, "env": dict(os.environ), "shown": shown}
+with open(f"env-{boot}.tmp", "w") as handle:
+    json.dump(info, handle)
+os.rename(f"env-{boot}.tmp", f"env-{boot}.json")
+print("booted", boot, flush=True)
+while not os.path.exists("exit-now"):
+    time.sleep(0.02)
+os.remove("exit-now")
+sys.exit(3)
+"""
+
+
+def alive(pid: int) -> bool:
+    """A live (non-zombie) process, from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Sim, ProcessRunner, Server, httpx.Client]]:
+    runner = ProcessRunner(tmp_path / "containers", stop_grace=2.0)
+    sim = Sim(
+        market=small_market(), clock=RealClock(), api_key=KEY, runner=runner, timing=Timing.fast()
+    )
+    with (
+        serve(sim, step_interval=0.02) as server,
+        httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY}"}) as http,
+    ):
+        yield sim, runner, server, http
+
+
+def test_process_container_env_signals_restarts_and_destroy(
+    served: tuple[Sim, ProcessRunner, Server, httpx.Client],
+) -> None:
+    sim, runner, server, http = served
+    body = {
+        "image": IMAGE,
+        "disk": 10,
+        "label": "rv.proc.1",
+        "runtype": "args",
+        "args": [sys.executable, "-c", SCRIPT],
+        "env": {"MY_VAR": "hello", "-p 8080:8080": "1"},
+    }
+    answer = http.put(f"/api/v0/asks/{offer_on(http, 1)}/", json=body).json()
+    instance_id = answer["new_contract"]
+    workspace = runner.workspace(instance_id)
+
+    boot1 = wait_for(lambda: read_json(workspace / "env-1.json"))
+    env = boot1["env"]
+    row = show(http, instance_id)
+    assert row is not None
+    assert row["actual_status"] == "running"
+    assert env["CONTAINER_ID"] == str(instance_id)
+    assert env["CONTAINER_API_KEY"] == answer["instance_api_key"]
+    assert env["PUBLIC_IPADDR"] == "127.0.0.1" == row["public_ipaddr"]
+    assert env["VAST_TCP_PORT_8080"] == row["ports"]["8080/tcp"][0]["HostPort"]
+    assert env["VAST_URL"] == server.url
+    assert env["MY_VAR"] == "hello"
+    assert boot1["shown"] == instance_id  # the container called the API back with its own key
+    assert runner.pid(instance_id) == boot1["pid"]
+
+    # KILL, QUIT, USR1, USR2 and CONT from inside do not reach PID 1
+    for sig in (signal.SIGKILL, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
+        assert sim.signal_from_inside(instance_id, sig) is False
+    assert alive(boot1["pid"])
+
+    # TERM does: PID 1 exits (its handler leaves a mark), and vast starts the container again
+    assert sim.signal_from_inside(instance_id, signal.SIGTERM) is True
+    boot2 = wait_for(lambda: read_json(workspace / "env-2.json"))
+    assert (workspace / "term-1").exists()
+    assert list(workspace.glob("caught-*")) == []
+    assert boot2["pid"] != boot1["pid"]
+    assert not alive(boot1["pid"])
+    assert not alive(boot1["child"])  # the rest of the old container died with PID 1
+
+    # PID 1 exits by itself: same instance, new boot
+    (workspace / "exit-now").touch()
+    boot3 = wait_for(lambda: read_json(workspace / "env-3.json"))
+    assert not alive(boot2["pid"])
+    assert not alive(boot2["child"])
+    assert sim.instances[instance_id].boots == 3
+    row = show(http, instance_id)
+    assert row is not None
+    assert row["actual_status"] == "running"
+
+    logs = http.put(f"/api/v0/instances/request_logs/{instance_id}/", json={}).json()
+    text = httpx.get(logs["result_url"]).text
+    assert "booted 1\nbooted 2\nbooted 3\n" in text
+
+    # destroy kills the whole process group
+    assert http.delete(f"/api/v0/instances/{instance_id}/").json() == {"success": True}
+    wait_for(lambda: not alive(boot3["pid"]) and not alive(boot3["child"]))
+    assert group_pids(boot3["pid"]) == []
+    assert runner.pids(instance_id) == []
+
+
+def test_onstart_runs_under_sh_and_stop_ends_the_group(
+    served: tuple[Sim, ProcessRunner, Server, httpx.Client],
+) -> None:
+    sim, runner, server, http = served
+    body = {
+        "image": IMAGE,
+        "disk": 10,
+        "runtype": "ssh_direc ssh_proxy",
+        "onstart": 'echo "started $VASTSIM_BOOT $MY_VAR" > marker; sleep 1000 &',
+        "env": {"MY_VAR": "x"},
+    }
+    instance_id = http.put(f"/api/v0/asks/{offer_on(http, 1)}/", json=body).json()["new_contract"]
+    marker = runner.workspace(instance_id) / "marker"
+    wait_for(lambda: marker.exists() and marker.read_text() == "started 1 x\n")
+    pid = runner.pid(instance_id)
+    assert pid is not None
+    wait_for(lambda: len(runner.pids(instance_id)) == 2)  # the idle PID 1 and the sleep
+    assert alive(pid)  # the container stays up after onstart finished
+    http.put(f"/api/v0/instances/{instance_id}/", json={"state": "stopped"})
+    wait_for(lambda: runner.pids(instance_id) == [])
+    assert runner.pid(instance_id) is None
+    http.put(f"/api/v0/instances/{instance_id}/", json={"state": "running"})
+    wait_for(lambda: marker.read_text() == "started 2 x\n")
+
+
+def test_shutdown_kills_every_container(tmp_path: Path) -> None:
+    runner = ProcessRunner(tmp_path)
+    sim = Sim(
+        market=small_market(), clock=RealClock(), api_key=KEY, runner=runner, timing=Timing.fast()
+    )
+    with serve(sim, step_interval=0.02) as server:
+        http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY}"})
+        ids = []
+        for machine_id in (1, 2):
+            body = {"image": IMAGE, "runtype": "args", "args": ["sleep", "1000"]}
+            answer = http.put(f"/api/v0/asks/{offer_on(http, machine_id)}/", json=body)
+            ids.append(answer.json()["new_contract"])
+        wait_for(lambda: len([i for i in ids if runner.pid(i)]) == 2)
+        pids = [runner.pid(i) for i in ids]
+        http.close()
+    assert sim.instances == {}
+    assert all(p is not None and not alive(p) for p in pids)

@@ -146,7 +146,7 @@ def test_process_container_env_signals_restarts_and_destroy(
 def test_onstart_runs_under_sh_and_stop_ends_the_group(
     served: tuple[Sim, ProcessRunner, Server, httpx.Client],
 ) -> None:
-    sim, runner, server, http = served
+    _, runner, _, http = served
     body = {
         "image": IMAGE,
         "disk": 10,

@@ -62,7 +62,12 @@ class World:
             "COLUMNS": "250",
         }
         return subprocess.run(
-            [*vastai_argv(), *args], env=env, capture_output=True, text=True, timeout=120
+            [*vastai_argv(), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
 
     def offer(self, machine_id: int) -> int:

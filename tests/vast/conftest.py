@@ -8,10 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
-from vast_helpers import API_KEY, BASE_URL, ScriptedVast
 
 from reconciler.clock import FakeClock
 from reconciler.vast import ClientSettings, RetrySettings, VastClient
+
+from .vast_helpers import API_KEY, BASE_URL, ScriptedVast
 
 
 @pytest.fixture

@@ -7,7 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from vast_helpers import (
+
+from reconciler.model import observed
+from reconciler.vast import VastClient, errors
+
+from .vast_helpers import (
     API_KEY,
     Reply,
     ScriptedVast,
@@ -16,9 +20,6 @@ from vast_helpers import (
     page,
     reply,
 )
-
-from reconciler.model import observed
-from reconciler.vast import VastClient, errors
 
 LIST = "/api/v1/instances/"
 

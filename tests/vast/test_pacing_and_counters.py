@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from vast_helpers import ScriptedVast, fail, instance_row, page, reply
 
 from reconciler.clock import FakeClock
 from reconciler.model import observed
 from reconciler.vast import VastClient, endpoints, errors, pacing
+
+from .vast_helpers import ScriptedVast, fail, instance_row, page, reply
 
 START = 1_790_000_000.0
 

@@ -17,11 +17,12 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vast_helpers import ScriptedVast, fail, instance_row, page, reply
 
 from reconciler.clock import FakeClock
 from reconciler.vast import ClientSettings, RetrySettings, VastClient, classify, errors, parse
 from reconciler.vast import redaction as redaction_mod
+
+from .vast_helpers import ScriptedVast, fail, instance_row, page, reply
 
 KEY = "prop-key-5f3a9c"
 json_values = st.recursive(

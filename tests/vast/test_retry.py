@@ -11,11 +11,12 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from vast_helpers import ScriptedVast, fail, instance_row, page, reply
 
 from reconciler.clock import FakeClock
 from reconciler.model import observed
 from reconciler.vast import RetrySettings, VastClient, errors
+
+from .vast_helpers import ScriptedVast, fail, instance_row, page, reply
 
 LIST = "/api/v1/instances/"
 ASK = "/api/v0/asks/42/"

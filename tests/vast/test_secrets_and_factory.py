@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from vast_helpers import API_KEY, ScriptedVast, fail, instance_row, page, reply
 
 from reconciler.clock import FakeClock
 from reconciler.model import observed
 from reconciler.vast import VastClient, VastConfigError, client_from_settings, errors
+
+from .vast_helpers import API_KEY, ScriptedVast, fail, instance_row, page, reply
 
 
 def all_text_of(exc: BaseException) -> str:

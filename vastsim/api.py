@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from vastsim.control import control_routes
-from vastsim.instances import instance_row, parse_env
+from vastsim.instances import index_row, instance_row, parse_env
 from vastsim.lifecycle import BidTooLow, CreateRequest
 from vastsim.listing import InvalidToken, parse_listing, project, select_page
 from vastsim.market import NoSuchAsk
@@ -296,8 +296,10 @@ class Api:
         visible = self.sim.fleet.visible(now)
         hidden = [inst for inst in visible if inst.hidden_listings > 0]
         shown = [inst for inst in visible if inst.hidden_listings <= 0]
-        rows = [instance_row(inst, now, listing=True) for inst in shown]
-        page = select_page(rows, conditions, order, limit, after)
+        by_id = {inst.id: inst for inst in shown}
+        columns = {"id", "label"} | {c.field for c in conditions} | {col for col, _ in order}
+        index = [index_row(inst, now, columns) for inst in shown]
+        page = select_page(index, conditions, order, limit, after)
         if page.last_key is None:
             for inst in hidden:
                 inst.hidden_listings -= 1
@@ -311,7 +313,10 @@ class Api:
                 "total_instances": page.total,
                 "label_counts": page.label_counts,
                 "next_token": next_token,
-                "instances": [project(row, cols) for row in page.rows],
+                "instances": [
+                    project(instance_row(by_id[row["id"]], now, listing=True), cols)
+                    for row in page.rows
+                ],
             }
         )
 

@@ -10,7 +10,7 @@ trailing newline that real rows carry.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +128,37 @@ def requested_ports(env: list[tuple[str, str]], runtype: str) -> list[str]:
         if container.isdigit():
             wanted.append(f"{int(container)}/{proto or 'tcp'}")
     return list(dict.fromkeys(wanted))
+
+
+INDEX_COLUMNS: dict[str, Callable[[Instance, float], Any]] = {
+    "id": lambda i, now: i.id,
+    "actual_status": lambda i, now: i.actual_status,
+    "intended_status": lambda i, now: i.intended_status,
+    "cur_state": lambda i, now: i.cur_state,
+    "next_state": lambda i, now: i.next_state,
+    "status_msg": lambda i, now: None if i.status_msg is None else i.status_msg + "\n",
+    "label": lambda i, now: i.label,
+    "gpu_name": lambda i, now: i.machine.gpu_name,
+    "verification": lambda i, now: i.machine.verification,
+    "machine_id": lambda i, now: i.machine.machine_id,
+    "host_id": lambda i, now: i.machine.host_id,
+    "image_uuid": lambda i, now: i.image,
+    "start_date": lambda i, now: i.created_at,
+    "geolocation": lambda i, now: i.machine.geolocation,
+    "is_bid": lambda i, now: i.is_bid,
+    "template_id": lambda i, now: None,
+    "dph_total": lambda i, now: i.dph_total,
+    "num_gpus": lambda i, now: i.num_gpus,
+    "disk_space": lambda i, now: i.disk,
+    "duration": lambda i, now: max(0.0, now - i.created_at),
+}
+"""Columns a listing can filter, sort and count on, with the values `instance_row` gives."""
+
+
+def index_row(inst: Instance, now: float, columns: Iterable[str]) -> dict[str, Any]:
+    """Just the listed columns of an instance's row: a page is chosen from these without
+    building every full row."""
+    return {column: INDEX_COLUMNS[column](inst, now) for column in columns}
 
 
 def instance_row(inst: Instance, now: float, *, listing: bool) -> dict[str, Any]:

@@ -9,6 +9,7 @@ issued by this simulator answers 400 `invalid_token`.
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import hmac
 import json
@@ -17,19 +18,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vastsim.instances import INDEX_COLUMNS
 from vastsim.query import (
-    INSTANCE_FILTER_KEYS,
     Condition,
     QueryError,
     matches,
     parse_instance_filters,
     sort_key,
-    sort_rows,
 )
 
 MAX_PAGE = 25
 SMALL_PAGE = 5
-ORDER_KEYS = INSTANCE_FILTER_KEYS | {"dph_total", "num_gpus", "disk_space", "duration"}
+ORDER_KEYS = frozenset(INDEX_COLUMNS)
 
 
 class InvalidToken(ValueError):
@@ -107,15 +107,36 @@ class Tokens:
         return hmac.new(self._secret, text.encode(), hashlib.sha256).hexdigest()[:20]
 
 
-def after_position(
-    row_key: Sequence[Any], position: Sequence[Any], order: Sequence[tuple[str, bool]]
-) -> bool:
-    """True when a row with `row_key` sorts strictly after `position` in `order`."""
-    for a, b, (_, descending) in zip(row_key, position, order, strict=False):
-        ka, kb = sort_key(a), sort_key(b)
-        if ka != kb:
-            return (ka > kb) != descending
-    return False
+class _Desc:
+    """A string that sorts backwards (descending text columns)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.text == other.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.text > other.text
+
+    def __gt__(self, other: _Desc) -> bool:
+        return self.text < other.text
+
+
+def order_key(values: Sequence[Any], order: Sequence[tuple[str, bool]]) -> tuple[Any, ...]:
+    """A key that sorts ascending in `order` (nulls last ascending, first descending)."""
+    parts: list[tuple[Any, ...]] = []
+    for value, (_, descending) in zip(values, order, strict=False):
+        null, kind, number, text = sort_key(value)
+        parts.append(
+            (-null, -kind, -number, _Desc(text)) if descending else (null, kind, number, text)
+        )
+    return tuple(parts)
 
 
 @dataclass(frozen=True)
@@ -134,11 +155,12 @@ def select_page(
     after: Sequence[Any] | None,
 ) -> Page:
     hits = [row for row in rows if matches(row, conditions)]
-    ordered = sort_rows(hits, order)
+    keyed = sorted(((order_key(_key(r, order), order), r) for r in hits), key=lambda kr: kr[0])
+    start = 0
     if after is not None:
-        ordered = [r for r in ordered if after_position(_key(r, order), after, order)]
-    chosen = [dict(r) for r in ordered[:limit]]
-    more = len(ordered) > limit
+        start = bisect.bisect_right([k for k, _ in keyed], order_key(after, order))
+    chosen = [dict(r) for _, r in keyed[start : start + limit]]
+    more = len(keyed) > start + limit
     counts = Counter((row.get("label") or "") for row in hits)
     return Page(
         rows=chosen,

@@ -22,9 +22,12 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.state.filestore import FileStore
 from reconciler.state.ledger import LedgerWriter, ledger_path
 from reconciler.state.store import StateStore
+from reconciler.vast.config import ClientSettings
 from reconciler.vast.factory import KEY_VARIABLE, client_from_settings
 
 STATE_DIR_VARIABLE = "RAY_VAST_STATE_DIR"
+# `off` turns the client's per-endpoint pacing off: for a simulator that does not rate-limit.
+PACING_VARIABLE = "RAY_VAST_PACING"
 DEFAULT_STATE_DIR = ".ray-vast"
 
 ProviderFactory = Callable[[str | None], Provider]
@@ -63,7 +66,8 @@ class Deps:
         url = _one_url(specs or [])
         if self.provider_factory is not None:
             return self.provider_factory(url)
-        return client_from_settings(env=self.env, spec_url=url, clock=self.clock)
+        settings = ClientSettings(pacing=self.env.get(PACING_VARIABLE, "on") != "off")
+        return client_from_settings(env=self.env, spec_url=url, clock=self.clock, settings=settings)
 
     @contextlib.contextmanager
     def journal(self, operation: str) -> Iterator[Journal]:

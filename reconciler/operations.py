@@ -298,6 +298,7 @@ def _destroy_all(
 def _wait_gone(deps: Deps, provider: Provider, ids: set[int], timeout: float = 300.0) -> set[int]:
     """Wait until vast's listing no longer shows `ids`: vast confirms each destroy."""
     deadline = deps.clock.now() + timeout
+    pause = 0.25
     while ids:
         try:
             listed = {i.id for i in provider.list_instances()}
@@ -306,7 +307,8 @@ def _wait_gone(deps: Deps, provider: Provider, ids: set[int], timeout: float = 3
         ids = ids & listed
         if not ids or deps.clock.now() >= deadline:
             break
-        deps.clock.sleep(1.0)
+        deps.clock.sleep(pause)
+        pause = min(pause * 2, 5.0)
     return ids
 
 

@@ -27,7 +27,8 @@ class World:
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VAST_", "RAY_VAST_"))}
-        env.update(VAST_URL=self.server.url, VAST_API_KEY=API_KEY)
+        # vastsim does not rate-limit by default, so the client need not pace itself here
+        env.update(VAST_URL=self.server.url, VAST_API_KEY=API_KEY, RAY_VAST_PACING="off")
         return env
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

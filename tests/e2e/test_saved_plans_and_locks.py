@@ -15,7 +15,9 @@ def test_saved_plan_is_applied_exactly(world: World) -> None:
     assert planned.returncode == 0, planned.stderr
     assert "Saved the plan to:" in planned.stdout
     assert plan_file.stat().st_mode & 0o777 == 0o600
-    offers = [line.split()[2].rstrip(":") for line in planned.stdout.splitlines() if "+ offer" in line]
+    offers = [
+        line.split()[2].rstrip(":") for line in planned.stdout.splitlines() if "+ offer" in line
+    ]
     applied = world.run("apply", str(plan_file))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     rented = sorted(str(i.offer_id) for i in world.sim.instances.values())  # type: ignore[attr-defined]

@@ -3,8 +3,11 @@ in-process, plus small helpers to rent and inspect instances through the API."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -126,3 +129,30 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(0.02)
+
+
+def _live_children() -> set[int]:
+    """Non-zombie processes whose parent is this test process."""
+    me = str(os.getpid())
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if fields[0] != "Z" and fields[1] == me:
+            found.add(int(entry))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    """Every test stops the servers, threads and processes it starts."""
+    threads = set(threading.enumerate())
+    children = _live_children()
+    yield
+    wait_for(lambda: not (set(threading.enumerate()) - threads), timeout=10)
+    wait_for(lambda: not (_live_children() - children), timeout=10)

@@ -76,11 +76,14 @@ class Api:
             return response
         if found.control:
             return found.handler(req, params, identity, now)
-        status = 0
+        status = 500  # unless it answers, or drops the connection (logged as 0)
         try:
             response = self._gate(found, req, params, identity, now)
             status = response.status
             return response
+        except DropConnection:
+            status = 0
+            raise
         finally:
             self._log(req, found.key, status, identity, now)
 

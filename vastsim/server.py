@@ -29,9 +29,6 @@ class _Handler(ServerHandler):
             return
         super().handle_error()
 
-    def log_exception(self, exc_info: Any) -> None:
-        """Quiet: the request log is the record."""
-
 
 class _RequestHandler(WSGIRequestHandler):
     def handle(self) -> None:

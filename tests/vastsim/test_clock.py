@@ -23,12 +23,16 @@ def test_virtual_clock_moves_only_forward() -> None:
 
 
 def test_advance_needs_a_virtual_clock() -> None:
-    with Sim(market=small_market(), clock=RealClock(), api_key=KEY) as sim:
-        with pytest.raises(TypeError):
-            sim.advance(1)
-    with Sim(market=small_market(), clock=VirtualClock(), api_key=KEY) as virtual:
-        with pytest.raises(ValueError, match="backwards"):
-            virtual.advance(-1)
+    with (
+        Sim(market=small_market(), clock=RealClock(), api_key=KEY) as sim,
+        pytest.raises(TypeError),
+    ):
+        sim.advance(1)
+    with (
+        Sim(market=small_market(), clock=VirtualClock(), api_key=KEY) as virtual,
+        pytest.raises(ValueError, match="backwards"),
+    ):
+        virtual.advance(-1)
 
 
 def test_step_in_real_time_without_a_server() -> None:

@@ -72,6 +72,7 @@ def test_classification_never_raises_and_never_leaks_the_key(
             assert error.retry_after >= 0
 
 
+@settings(max_examples=60)
 @given(payload=st.one_of(json_values, st.fixed_dictionaries({"instances": st.lists(row_like)})))
 def test_parsing_fails_only_with_parse_errors(payload: Any) -> None:
     for parser in (parse.instance_page, parse.offers, parse.shown_instance, parse.created):

@@ -291,6 +291,18 @@ def test_a_listing_page_that_fails_once_is_retried_and_complete(served: Served) 
         assert len(vast.list_instances()) == 5
 
 
+def test_an_instance_hidden_from_listings_is_reported_as_vast_lists_it(
+    served: Served, client: VastClient
+) -> None:
+    # The client reports each listing as vast sent it (no cache, no invented rows); deciding that
+    # an instance missing for one listing is not gone is the planner's job (60 s rule).
+    instance_id = rent(client, "rv.t.abcdef12.hidden")
+    served.sim.faults.hide_instance(instance_id, listings=1)
+    assert client.list_instances() == []
+    assert client.show_instance(instance_id) is not None
+    assert [i.id for i in client.list_instances()] == [instance_id]
+
+
 @pytest.mark.parametrize("auth_status", [401, 404])
 def test_a_wrong_key_is_an_auth_error_never_gone_or_empty(
     served: Served, client: VastClient, auth_status: int

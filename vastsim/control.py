@@ -18,10 +18,11 @@ from __future__ import annotations
 import base64
 import hmac
 import signal
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vastsim.instances import instance_row
-from vastsim.routing import Identity, Route, route
+from vastsim.routing import Handler, Identity, Route, route
 from vastsim.wire import BadRequest, Request, Response, error, json_response
 
 if TYPE_CHECKING:
@@ -45,14 +46,14 @@ def control_routes(sim: Sim) -> list[Route]:
     ]
 
 
-Handler = Any
+ControlHandler = Callable[[Request, dict[str, str], float], Response]
 
 
 class Control:
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
 
-    def guard(self, handler: Handler) -> Handler:
+    def guard(self, handler: ControlHandler) -> Handler:
         def guarded(req: Request, params: dict[str, str], who: Identity, now: float) -> Response:
             admin = self.sim.admin_key
             if admin is None:
@@ -61,7 +62,7 @@ class Control:
             if not hmac.compare_digest(given.encode(), admin.encode()):
                 return error(403, "not_authorized", "admin key required")
             try:
-                result: Response = handler(req, params, now)
+                result = handler(req, params, now)
             except BadRequest as exc:
                 return error(400, exc.error, exc.msg)
             except (TypeError, ValueError, KeyError) as exc:

@@ -143,7 +143,10 @@ def text_response(status: int, text: str, content_type: str = "text/plain") -> R
 
 def html_error(status: int) -> Response:
     """What a gateway in front of vast answers on a 5xx: an HTML page."""
-    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
     page = (
         f"<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n"
         f"<center><h1>{status} {phrase}</h1></center>\r\n<hr><center>nginx</center>\r\n"

@@ -52,13 +52,18 @@ def observe_and_plan(
     serial: int,
     now: float,
     demand: Mapping[NodeKey, int] | None = None,
+    sweep_orphans: bool = True,
 ) -> Plan:
     """List, plan without offers, search where candidates were wanted, plan again."""
     seen = listing(provider)
     seen = Observation(seen.listing, demand=dict(demand or {}), listing_error=seen.listing_error)
-    first = make_plan(specs, seen, records, lineage=lineage, serial=serial, now=now)
+    first = make_plan(
+        specs, seen, records, lineage=lineage, serial=serial, now=now, sweep_orphans=sweep_orphans
+    )
     if first.errored or not first.unmet:
         return first
     offers, failed = search(provider, specs, {(u.cluster, u.node_type) for u in first.unmet})
     full = Observation(seen.listing, offers=offers, demand=seen.demand, search_errors=failed)
-    return make_plan(specs, full, records, lineage=lineage, serial=serial, now=now)
+    return make_plan(
+        specs, full, records, lineage=lineage, serial=serial, now=now, sweep_orphans=sweep_orphans
+    )

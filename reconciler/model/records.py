@@ -43,6 +43,7 @@ class RequestStatus(StrEnum):
     FILLED = "filled"
     EXPIRED = "expired"
     RELEASED = "released"
+    FAILED = "failed"
 
 
 LABEL_PREFIX = "rv"
@@ -103,6 +104,12 @@ class InstanceRecord:
     pinned: bool = False
     exempt: bool = False
     lost: bool = False
+    # Set by the boot-failure net on the first tick that sees a machine past its boot window; the
+    # net acts only when a later tick confirms it (start-up failure re-confirmed across ticks).
+    boot_suspect_at: float | None = None
+    # The last utilisation sample the agent sent, and whether it showed traffic.
+    sample_at: float | None = None
+    sample_busy: bool = False
     ended_reason: str | None = None
     ended_at: float | None = None
 
@@ -140,6 +147,9 @@ class Request:
     provision_deadline: float
     slots: tuple[Slot, ...]
     status: RequestStatus = RequestStatus.OPEN
+    # When a candidate was first rented for it; None while it waits in the queue.
+    dispatched_at: float | None = None
+    ended_reason: str | None = None
 
     @property
     def open_slots(self) -> tuple[Slot, ...]:
@@ -184,6 +194,13 @@ class Alert:
 
 
 @dataclass(frozen=True)
+class PoolState:
+    """A node type's pool: since when nothing has asked for it or worked on it."""
+
+    idle_since: float | None = None
+
+
+@dataclass(frozen=True)
 class ClusterRecord:
     name: str
     spec_digest: str
@@ -198,6 +215,7 @@ class Records:
     requests: Mapping[str, Request] = field(default_factory=dict)
     blocklist: Mapping[str, Mapping[int, BlockEntry]] = field(default_factory=dict)
     breakers: Mapping[str, BreakerState] = field(default_factory=dict)
+    pools: Mapping[str, PoolState] = field(default_factory=dict)
     clusters: Mapping[str, ClusterRecord] = field(default_factory=dict)
     tokens: Mapping[str, JoinToken] = field(default_factory=dict)
     revoked_certs: tuple[int, ...] = ()

@@ -23,11 +23,17 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True)
 class Route:
-    """What a class leads to: outcomes, whether the machine is ended, and the blocklist reason."""
+    """What a class leads to: outcomes, whether the machine is ended (or only stopped), and the
+    blocklist reason."""
 
     outcomes: tuple[Outcome, ...]
     ends_machine: bool = True
     blocklist: str | None = None
+    stops_machine: bool = False
+
+    @property
+    def alerts(self) -> bool:
+        return Outcome.ALERT in self.outcomes
 
 
 _REPLACE = (Outcome.REPLACE,)
@@ -52,7 +58,7 @@ ROUTES: dict[str, Route] = {
     "lost": Route((Outcome.NOTHING,), ends_machine=False),
     "orphan": Route((Outcome.NOTHING,)),
     # the money chain and scaling
-    "idle_stop": Route((Outcome.NOTHING,), ends_machine=False),
+    "idle_stop": Route((Outcome.NOTHING,), ends_machine=False, stops_machine=True),
     "idle_destroy": Route((Outcome.NOTHING,)),
     "scale_down": Route((Outcome.NOTHING,)),
     "scale_up": Route((Outcome.NOTHING,), ends_machine=False),

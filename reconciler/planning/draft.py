@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
+    Alert,
     BlockEntry,
     BreakerState,
     InstanceRecord,
@@ -19,6 +20,7 @@ from reconciler.model.records import (
     Request,
     breaker_key,
 )
+from reconciler.nets.detection import Detection
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Draft:
     skipped: list[SkippedOffer] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unmet: list[Unmet] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
     doomed: set[str] = field(default_factory=set)
 
     @classmethod
@@ -80,6 +83,29 @@ class Draft:
             )
         )
 
+    def stop(self, record: InstanceRecord, reason: str, detail: str) -> None:
+        """Plan to stop a machine (its disk kept): the reversible end."""
+        if record.id in self.doomed:
+            return
+        self.add(
+            Action(
+                ActionKind.STOP,
+                record.cluster,
+                reason,
+                detail,
+                node_type=record.node_type,
+                record=record.id,
+                vast_id=record.vast_id,
+                host_id=record.host_id,
+                dph_delta=-(record.dph_total - record.storage_dph),
+            )
+        )
+
+    def alert(self, cluster: str, found: Detection) -> None:
+        """A class nobody routed: a person must look; nothing is retried."""
+        self.alerts.append(Alert(self.now, cluster, found.cls, found.detail, found.record))
+        self.notes.append(f"ALERT {found.cls}: {found.detail} ({found.record})")
+
     def block(
         self, cluster: str, host_id: int, *, kind: str, seconds: int, cls: str, why: str
     ) -> None:
@@ -110,5 +136,6 @@ class Draft:
             requests=dict(self.requests),
             blocklist={c: dict(e) for c, e in self.blocklist.items()},
             breakers=dict(self.breakers),
+            alerts=(*self.records.alerts, *self.alerts),
             next_id=self.next_id,
         )

@@ -19,11 +19,18 @@ from reconciler.planning.draft import Draft
 
 
 def apply_detections(draft: Draft, detections: Iterable[Detection], spec: ClusterSpec) -> None:
+    """Each detection through the routing table: destroy, stop, blocklist, alert, or a note."""
     for found in detections:
-        record = draft.instances[found.record]
         path = route(found.cls)
+        if path.alerts:
+            draft.alert(spec.name, found)
+        record = draft.instances.get(found.record)
+        if record is None:
+            continue
         if path.ends_machine:
             draft.destroy(record, found.cls, found.detail)
+        if path.stops_machine:
+            draft.stop(record, found.cls, found.detail)
         if path.blocklist:
             seconds = getattr(spec.blocklist, path.blocklist)
             draft.block(
@@ -34,7 +41,7 @@ def apply_detections(draft: Draft, detections: Iterable[Detection], spec: Cluste
                 cls=found.cls,
                 why=found.detail,
             )
-        if not path.ends_machine and not path.blocklist:
+        if not (path.ends_machine or path.stops_machine or path.blocklist or path.alerts):
             draft.notes.append(f"{found.cls}: {record.id} ({found.detail})")
 
 

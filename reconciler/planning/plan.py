@@ -45,7 +45,10 @@ def plan(
     lineage: str,
     serial: int,
     now: float,
+    sweep_orphans: bool = True,
 ) -> Plan:
+    """The plan for `desired` given what was observed; `sweep_orphans` runs the orphan sweep
+    (the watch controller asks for it on its own, slower cadence)."""
     if observation.listing is None:
         why = observation.listing_error or "the listing could not be read"
         return Plan(
@@ -75,7 +78,7 @@ def plan(
         _plan_cluster(draft, spec, observation, by_id, before[spec.name])
     _retire_removed(draft, specs)
     sweep, foreign = orphans.sweep(listing, draft.instances, specs, lineage=lineage, now=now)
-    for action in sweep:
+    for action in sweep if sweep_orphans else ():
         draft.add(action)
     costs = [
         ClusterCost(

@@ -175,6 +175,8 @@ def _rent_for(
         budget=budget,
     )
     draft.skipped.extend(selection.skipped)
+    if selection.chosen and request.dispatched_at is None:
+        draft.requests[request.id] = replace(request, dispatched_at=draft.now)
     for choice in selection.chosen:
         ident = draft.new_id("i")
         draft.add(

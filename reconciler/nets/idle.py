@@ -1,0 +1,105 @@
+"""The money chain: the idle scanner, auto-stop and auto-destroy (30 s cadence each).
+
+The scanner reads a short live utilisation sample per machine (`busy`: the agent's sample and
+Ray's view of the node; None when there is no sample). Quiet arms both timers together; the stop
+timer falls due first, so the reversible action comes first. Any traffic clears both timers, with
+no condition at all: whatever the recorded state, phase, intent or ownership, an observed sample of
+work clears them (DESIGN.md rule 2). Arming and acting are gated; clearing never is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from reconciler.model.records import InstanceRecord, Intent, Phase
+from reconciler.nets.base import NetResult, Specs, serving_workers
+from reconciler.nets.detection import Detection
+from reconciler.nets.reaper import Gate, refusal
+
+STOP = "idle_stop"
+DESTROY = "idle_destroy"
+
+
+def scan(
+    records: Iterable[InstanceRecord],
+    specs: Specs,
+    *,
+    busy: Mapping[str, bool | None],
+    lineage: str,
+    now: float,
+) -> NetResult:
+    result = NetResult()
+    everything = list(records)
+    for record in everything:  # clearing: every record, no gate
+        if busy.get(record.id) and (record.stop_due_at or record.destroy_due_at):
+            result.updates[record.id] = replace(record, stop_due_at=None, destroy_due_at=None)
+    for record in serving_workers(everything):  # arming: gated
+        spec = specs.get(record.cluster)
+        if spec is None or record.id in result.updates or busy.get(record.id) is not False:
+            continue
+        if record.managed_by != lineage or record.pinned or record.stop_due_at is not None:
+            continue
+        w = spec.watchdogs
+        result.updates[record.id] = replace(
+            record,
+            stop_due_at=now + w.idle_stop_after_seconds,
+            destroy_due_at=now + w.idle_destroy_after_seconds,
+        )
+    return result
+
+
+def auto_stop(
+    records: Iterable[InstanceRecord], specs: Specs, *, lineage: str, now: float
+) -> NetResult:
+    result = NetResult()
+    workers = serving_workers(records)
+    for record in workers:
+        if record.stop_due_at is None or record.stop_due_at > now:
+            continue
+        why = refusal(record, lineage=lineage, now=now, gate=Gate())
+        if why is None and _at_minimum(record, workers, specs):
+            result.refusals.append((record.id, "at-min-workers"))
+            continue
+        if why is not None:
+            result.refusals.append((record.id, why.value))
+            continue
+        result.detections.append(
+            Detection(record.id, STOP, "quiet past the stop timer", record.vast_id)
+        )
+    return result
+
+
+def auto_destroy(
+    records: Iterable[InstanceRecord], specs: Specs, *, lineage: str, now: float
+) -> NetResult:
+    result = NetResult()
+    everything = [r for r in records if r.live and r.intent is not Intent.DESTROYED]
+    workers = serving_workers(everything)
+    for record in everything:
+        if record.destroy_due_at is None or record.destroy_due_at > now:
+            continue
+        stopped = record.phase in (Phase.STOPPED, Phase.STOPPING) or record.intent is Intent.STOPPED
+        idle = record.stop_due_at is not None
+        if not (stopped or idle):
+            continue
+        why = refusal(record, lineage=lineage, now=now, gate=Gate())
+        if why is None and not stopped and _at_minimum(record, workers, specs):
+            result.refusals.append((record.id, "at-min-workers"))
+            continue
+        if why is not None:
+            result.refusals.append((record.id, why.value))
+            continue
+        result.detections.append(
+            Detection(record.id, DESTROY, "quiet past the destroy timer", record.vast_id)
+        )
+    return result
+
+
+def _at_minimum(record: InstanceRecord, workers: list[InstanceRecord], specs: Specs) -> bool:
+    """Stopping this one would take its node type under min_workers."""
+    spec = specs.get(record.cluster)
+    if spec is None or record.node_type not in spec.node_types:
+        return False
+    same = [w for w in workers if w.cluster == record.cluster and w.node_type == record.node_type]
+    return len(same) <= spec.node_types[record.node_type].min_workers

@@ -52,7 +52,8 @@ class _Reply:
 
 
 # Ordered: the first rule that matches names the class. Auth comes first because vast dresses a bad
-# key as 404; rate limits before "gone" because a 429 body can be anything.
+# key as 404; rate limits before "gone" because a 429 body can be anything; an orphan before the
+# rest because whatever else went wrong, that instance bills until someone destroys it.
 _RULES: tuple[tuple[Callable[[_Reply], bool], type[errors.VastError]], ...] = (
     (
         lambda r: (
@@ -68,13 +69,14 @@ _RULES: tuple[tuple[Callable[[_Reply], bool], type[errors.VastError]], ...] = (
         errors.VastRateLimitError,
     ),
     (lambda r: r.orphan is not None, errors.CreateLeftInstanceError),
+    # A 5xx is a server error whatever its body claims: "gone" must come from a working server.
+    (lambda r: r.status >= 500, errors.VastServerError),
     (lambda r: r.code == "no_such_ask" or "no_such_ask" in r.text, errors.VastOfferGoneError),
     (
         lambda r: r.code in _GONE_CODES or (r.status == 404 and _is_vast_error(r.payload)),
         errors.VastNotFoundError,
     ),
     (lambda r: r.status == 404, errors.VastProtocolError),  # a 404 that is not vast's
-    (lambda r: r.status >= 500, errors.VastServerError),
     (lambda r: True, errors.VastRejectedError),
 )
 

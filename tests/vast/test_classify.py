@@ -127,6 +127,12 @@ MATRIX = [
         500, "<html><body>Internal Server Error</body></html>", errors.VastServerError, id="500"
     ),
     pytest.param(503, "", errors.VastServerError, id="503-empty"),
+    pytest.param(
+        502,
+        '{"success": false, "error": "no_such_instance"}',
+        errors.VastServerError,
+        id="5xx-claiming-gone-is-not-gone",
+    ),
 ]
 
 

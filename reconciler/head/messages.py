@@ -1,0 +1,172 @@
+"""The agent protocol's messages, as the head reads them.
+
+The JSON Schemas (`reconciler/schemas/agent-*.v1.json`, linked from `schemas/`) are the contract
+between the head and the agent, which share no code: the head validates every incoming message
+against them before it reads a field, and the tests validate what the agent sends and what the head
+answers. What passes is turned into a frozen dataclass here, so the decisions never touch raw JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+PROTOCOL = 1
+ENROLL_REQUEST = "agent-enroll-request.v1.json"
+ENROLL_RESPONSE = "agent-enroll-response.v1.json"
+HEARTBEAT = "agent-heartbeat.v1.json"
+REPORT = "agent-report.v1.json"
+ERROR = "agent-error.v1.json"
+MAX_BODY = 64 * 1024
+
+
+class BadMessage(ValueError):
+    """A message that is not JSON or does not match its schema."""
+
+
+@functools.cache
+def schema(name: str) -> dict[str, Any]:
+    text = resources.files("reconciler").joinpath(f"schemas/{name}").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+@functools.cache
+def validator(name: str) -> Draft202012Validator:
+    return Draft202012Validator(schema(name))
+
+
+def parse(name: str, body: bytes) -> dict[str, Any]:
+    """The JSON object in `body`, checked against schema `name`; `BadMessage` says what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadMessage(f"not JSON: {exc}") from exc
+    errors = sorted(validator(name).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(top)"
+        raise BadMessage(f"{where}: {first.message}")
+    if not isinstance(doc, dict):  # the schemas all say object; this is for the type checker
+        raise BadMessage("not a JSON object")
+    return doc
+
+
+@dataclass(frozen=True)
+class EnrollRequest:
+    token: str = ""
+    instance_id: int = 0
+    boot_id: str = ""
+    public_ip: str | None = None
+    ports: Mapping[int, int] | None = None
+    cpus: int = 1
+    gpus: int = 0
+    cpu_source: str = ""
+
+    def __repr__(self) -> str:  # the token is a secret
+        return f"EnrollRequest(instance_id={self.instance_id}, boot_id={self.boot_id!r})"
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any]) -> EnrollRequest:
+        machine = doc["machine"]
+        return cls(
+            token=doc["token"],
+            instance_id=doc["instance_id"],
+            boot_id=doc["boot_id"],
+            public_ip=doc["public_ip"],
+            ports={int(k): int(v) for k, v in doc["ports"].items()},
+            cpus=machine["cpus"],
+            gpus=machine["gpus"],
+            cpu_source=machine.get("cpu_source", ""),
+        )
+
+
+@dataclass(frozen=True)
+class RaySample:
+    state: str
+    pid: int | None
+    exit_code: int | None
+    uptime_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """One heartbeat: the process limit, Ray's state, a utilisation sample (kept for the idle
+    scanner, which reads the latest one per worker)."""
+
+    instance_id: int
+    record_id: str
+    boot_id: str
+    seq: int
+    sent_at: float
+    ray: RaySample
+    pids: int
+    pids_limit: int | None
+    worker_ports_in_use: tuple[int, ...]
+    worker_ports_total: int
+    cpu_fraction: float | None
+    load1: float | None
+    memory_used_fraction: float | None
+    net_rx_bytes: int | None
+    net_tx_bytes: int | None
+    gpu_fraction: float | None
+    received_at: float = 0.0
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any], *, received_at: float) -> Heartbeat:
+        ray, use = doc["ray"], doc["utilisation"]
+        return cls(
+            instance_id=doc["instance_id"],
+            record_id=doc["record_id"],
+            boot_id=doc["boot_id"],
+            seq=doc["seq"],
+            sent_at=float(doc["sent_at"]),
+            ray=RaySample(ray["state"], ray["pid"], ray.get("exit_code"), ray.get("uptime_seconds")),
+            pids=doc["processes"]["pids"],
+            pids_limit=doc["processes"]["pids_limit"],
+            worker_ports_in_use=tuple(doc["worker_ports"]["in_use"]),
+            worker_ports_total=doc["worker_ports"]["total"],
+            cpu_fraction=use["cpu_fraction"],
+            load1=use["load1"],
+            memory_used_fraction=use["memory_used_fraction"],
+            net_rx_bytes=use["net_rx_bytes"],
+            net_tx_bytes=use["net_tx_bytes"],
+            gpu_fraction=use["gpu_fraction"],
+            received_at=received_at,
+        )
+
+
+@dataclass(frozen=True)
+class Report:
+    """Why a container is about to destroy its own instance."""
+
+    token: str
+    instance_id: int
+    boot_id: str
+    record_id: str | None
+    phase: str
+    reason: str
+    detail: str
+    at: float
+
+    def __repr__(self) -> str:
+        return f"Report(instance_id={self.instance_id}, reason={self.reason!r})"
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any]) -> Report:
+        return cls(
+            token=doc["token"],
+            instance_id=doc["instance_id"],
+            boot_id=doc["boot_id"],
+            record_id=doc.get("record_id"),
+            phase=doc["phase"],
+            reason=doc["reason"],
+            detail=doc["detail"],
+            at=float(doc["at"]),
+        )

@@ -98,9 +98,13 @@ class VastClient:
     # --- offers and creating -------------------------------------------------------------------
 
     def search_offers(self, query: observed.OfferSearch) -> list[observed.Offer]:
-        """Offers matching `query`, cheapest (`dph_total`) first."""
+        """Offers matching `query`, cheapest (`dph_total`) first, at most `query.limit`.
+
+        Sorted here as well: the order is a safety property (the cheapest acceptable offer is
+        rented first), so it does not rest on the server honouring `order`.
+        """
         offers = self._call(endpoints.SEARCH, parse.offers, json=wire.search_body(query))
-        return sorted(offers, key=lambda o: o.dph_total)
+        return sorted(offers, key=lambda o: o.dph_total)[: query.limit]
 
     def create_instance(
         self, offer_id: int, request: observed.CreateRequest
@@ -121,7 +125,7 @@ class VastClient:
             )
         except errors.VastNotFoundError as exc:
             raise errors.VastOfferGoneError(
-                str(exc), operation="create", status=exc.status
+                str(exc), operation="create", status=exc.status, code=exc.code
             ) from exc
         except _CREATE_DEFINITE:
             raise

@@ -48,6 +48,15 @@ def test_search_posts_the_query_and_returns_offers_cheapest_first(
     assert body["order"] == [["dph_total", "asc"]]
 
 
+def test_search_keeps_the_cheapest_when_the_server_ignores_the_limit(
+    vast: ScriptedVast, client: VastClient
+) -> None:
+    rows = [offer_row(i, 1.0 / i) for i in range(1, 6)]
+    vast.on("POST", "/api/v0/bundles/", reply(200, {"offers": rows}))
+    offers = client.search_offers(observed.OfferSearch(limit=2))
+    assert [o.id for o in offers] == [5, 4]
+
+
 def test_every_request_carries_the_key_as_bearer_and_nowhere_else(
     vast: ScriptedVast, client: VastClient
 ) -> None:

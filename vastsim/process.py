@@ -15,6 +15,10 @@ container sees `VAST_TCP_PORT_<p>=P` (as on vast) and must listen on P itself, w
 identity mappings (ports above 70000) ask of containers too. `PUBLIC_IPADDR` is 127.0.0.1 (a later
 IP change moves it to 127.0.0.2, ... which also route to loopback on Linux).
 
+Every process of a container carries `VASTSIM_CONTAINER=<runner>.<instance>.<boot>` in its
+environment, so a process that left the group (`setsid`) is still found and killed with its
+container.
+
 stdout and stderr go to `<workdir>/<instance id>/container.log` (served by request_logs); the
 container's working directory and `DATA_DIRECTORY` is `<workdir>/<instance id>/workspace`.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -38,10 +43,14 @@ from vastsim.runners import ContainerSpec
 IDLE = "exec sleep infinity"
 
 
+MARKER = "VASTSIM_CONTAINER"
+
+
 @dataclass
 class _Group:
     proc: subprocess.Popen[bytes]
     boot: int
+    marker: str
     kill_at: float | None = None  # monotonic time to escalate a stop to SIGKILL
 
 
@@ -65,6 +74,7 @@ class ProcessRunner:
             if base_env is not None
             else {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
         )
+        self._token = secrets.token_hex(6)
         self._live: dict[int, _Group] = {}
         self._dying: dict[int, list[_Group]] = {}
         self._lock = threading.RLock()
@@ -103,6 +113,8 @@ class ProcessRunner:
         workspace.mkdir(parents=True, exist_ok=True)
         env = {**self.base_env, "HOME": str(workspace), **spec.env}
         env["DATA_DIRECTORY"] = str(workspace)
+        marker = f"{self._token}.{spec.instance_id}.{spec.boot}"
+        env[MARKER] = marker
         with self._lock:
             self._kill_live(spec.instance_id)
             with open(self.log_path(spec.instance_id), "ab") as log:
@@ -115,7 +127,7 @@ class ProcessRunner:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-            self._live[spec.instance_id] = _Group(proc, spec.boot)
+            self._live[spec.instance_id] = _Group(proc, spec.boot, marker)
 
     def stop(self, instance_id: int, now: float) -> None:
         """docker stop: TERM to the group, KILL after `stop_grace` seconds (in `step`)."""
@@ -135,7 +147,8 @@ class ProcessRunner:
             if live is not None:
                 groups.append(live)
             for group in groups:
-                _end_group(group.proc)
+                _end_group(group)
+            _kill_marked(f"{self._token}.{instance_id}.")
 
     def signal(self, instance_id: int, sig: int, now: float) -> bool:
         """A signal to PID 1 only (the simulator filters which ones get here)."""
@@ -153,7 +166,7 @@ class ProcessRunner:
         with self._lock:
             for instance_id, group in list(self._live.items()):
                 if group.proc.poll() is not None:
-                    _end_group(group.proc)
+                    _end_group(group)
                     del self._live[instance_id]
                     exited.append(instance_id)
             for instance_id, groups in list(self._dying.items()):
@@ -167,16 +180,17 @@ class ProcessRunner:
     def _settle(self, group: _Group) -> bool:
         """True when a stopping group is gone; KILL it once its grace has run out."""
         if group.proc.poll() is not None and not group_pids(group.proc.pid):
+            _kill_marked(group.marker)
             return True
         if group.kill_at is not None and time.monotonic() >= group.kill_at:
-            _end_group(group.proc)
+            _end_group(group)
             return True
         return False
 
     def _kill_live(self, instance_id: int) -> None:
         group = self._live.pop(instance_id, None)
         if group is not None:
-            _end_group(group.proc)
+            _end_group(group)
 
     def next_wakeup(self) -> float | None:
         return None
@@ -250,12 +264,38 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the whole group, reap PID 1, and wait until no member is left."""
+def marked_pids(prefix: str) -> list[int]:
+    """Processes whose environment has `VASTSIM_CONTAINER=<prefix>...`, from /proc."""
+    needle = f"{MARKER}={prefix}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if any(item.startswith(needle) for item in environ.split(b"\0")):
+            found.append(int(entry))
+    return found
+
+
+def _kill_marked(prefix: str) -> None:
+    for pid in marked_pids(prefix):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _end_group(group: _Group) -> None:
+    """SIGKILL the whole group (and strays that left it), reap PID 1, wait until none is left."""
+    proc = group.proc
     _killpg(proc.pid, signal.SIGKILL)
+    _kill_marked(group.marker)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
     deadline = time.monotonic() + 5.0
-    while group_pids(proc.pid) and time.monotonic() < deadline:
+    while (group_pids(proc.pid) or marked_pids(group.marker)) and time.monotonic() < deadline:
         _killpg(proc.pid, signal.SIGKILL)
+        _kill_marked(group.marker)
         time.sleep(0.01)

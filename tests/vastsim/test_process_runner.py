@@ -23,6 +23,7 @@ SCRIPT = r"""
 import json, os, signal, subprocess, sys, time, urllib.request
 boot = os.environ["VASTSIM_BOOT"]
 child = subprocess.Popen(["sleep", "1000"])
+stray = subprocess.Popen(["sleep", "1001"], start_new_session=True)  # leaves the group
 
 def on_term(sig, frame):
     open(f"term-{boot}", "w").close()
@@ -40,7 +41,13 @@ request = urllib.request.Request(
 )
 with urllib.request.urlopen(request, timeout=10) as answer:
     shown = json.load(answer)["instances"]["id"]
-info = {"pid": os.getpid(), "child": child.pid, "env": dict(os.environ), "shown": shown}
+info = {
+    "pid": os.getpid(),
+    "child": child.pid,
+    "stray": stray.pid,
+    "env": dict(os.environ),
+    "shown": shown,
+}
 with open(f"env-{boot}.tmp", "w") as handle:
     json.dump(info, handle)
 os.rename(f"env-{boot}.tmp", f"env-{boot}.json")
@@ -121,6 +128,7 @@ def test_process_container_env_signals_restarts_and_destroy(
     assert boot2["pid"] != boot1["pid"]
     assert not alive(boot1["pid"])
     assert not alive(boot1["child"])  # the rest of the old container died with PID 1
+    assert not alive(boot1["stray"])  # even what left its process group
 
     # PID 1 exits by itself: same instance, new boot
     (workspace / "exit-now").touch()
@@ -138,7 +146,7 @@ def test_process_container_env_signals_restarts_and_destroy(
 
     # destroy kills the whole process group
     assert http.delete(f"/api/v0/instances/{instance_id}/").json() == {"success": True}
-    wait_for(lambda: not alive(boot3["pid"]) and not alive(boot3["child"]))
+    wait_for(lambda: not any(alive(boot3[k]) for k in ("pid", "child", "stray")))
     assert group_pids(boot3["pid"]) == []
     assert runner.pids(instance_id) == []
 

@@ -1,0 +1,313 @@
+"""The watch controller: one tick runs every watchdog that is due, on one shared listing.
+
+It holds the records (through the journal) behind one lock, so the head's enrollment and heartbeat
+handlers and the nets see and change the same state. A tick is: reconcile when due (one listing,
+the planner, the executor), then each due net on the records, their detections written to the
+ledger and routed through the one table into a plan for the same executor. The clock is injected;
+the loop that sleeps between ticks is `run`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from reconciler.applying.executor import ApplyResult, Executor
+from reconciler.applying.journal import Journal
+from reconciler.applying.launch import Launcher
+from reconciler.applying.observe import observe_and_plan
+from reconciler.applying.provider import Provider
+from reconciler.clock import Clock
+from reconciler.model.observation import NodeKey
+from reconciler.model.plan import Plan
+from reconciler.model.records import InstanceRecord, Records
+from reconciler.model.spec import ClusterSpec
+from reconciler.nets import idle, lost, never_reported, pools, went_silent
+from reconciler.nets.base import NetResult
+from reconciler.nets.detection import Detection
+from reconciler.planning.react import react
+from reconciler.state.ledger import LedgerKind
+from reconciler.watch.schedule import Schedule
+
+
+class Signals(Protocol):
+    """What the controller learns from Ray and the agents, read once per tick."""
+
+    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]: ...
+
+    def busy(self, records: Records, now: float) -> Mapping[str, bool | None]: ...
+
+    def probes(self, records: Records) -> Mapping[str, bool]: ...
+
+
+class AgentSignals:
+    """Signals from the agents' own heartbeat samples only (no Ray reader attached)."""
+
+    def __init__(self, freshness: float = 90.0) -> None:
+        self.freshness = freshness
+
+    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]:
+        return {}
+
+    def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
+        return {
+            r.id: (r.sample_busy if r.sample_at and now - r.sample_at <= self.freshness else None)
+            for r in records.instances.values()
+        }
+
+    def probes(self, records: Records) -> Mapping[str, bool]:
+        return {}
+
+
+@dataclass
+class TickReport:
+    at: float
+    jobs: dict[str, list[str]] = field(default_factory=dict)
+    detections: list[Detection] = field(default_factory=list)
+    results: list[ApplyResult] = field(default_factory=list)
+
+
+MachineNet = Callable[..., NetResult]
+MACHINE_NETS: Mapping[str, MachineNet] = {
+    "boot_failure": never_reported.run,
+    "went_silent": went_silent.run,
+    "lost": lost.run,
+    "auto_stop": idle.auto_stop,
+    "auto_destroy": idle.auto_destroy,
+}
+
+
+@dataclass
+class Controller:
+    specs: dict[str, ClusterSpec]
+    journal: Journal
+    provider: Provider
+    launcher: Launcher
+    clock: Clock
+    signals: Signals = field(default_factory=AgentSignals)
+    progress: Callable[[str], None] = lambda line: None
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    schedules: dict[str, Schedule] = field(default_factory=dict)
+    detections_by_net: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.set_specs(self.specs)
+
+    def set_specs(self, specs: Mapping[str, ClusterSpec]) -> None:
+        """New desired state (a spec file changed); schedules keep their clocks."""
+        with self.lock:
+            self.specs = dict(specs)
+            for name, spec in self.specs.items():
+                if name in self.schedules:
+                    self.schedules[name].retune(spec.cadences)
+                else:
+                    self.schedules[name] = Schedule.of(spec.cadences)
+
+    # --- shared state --------------------------------------------------------------------------
+
+    def records(self) -> Records:
+        with self.lock:
+            return self.journal.records()
+
+    def mutate(self, change: Callable[[Records, float], Records]) -> Records:
+        """Change the records under the lock and save them (the head's handlers use this)."""
+        with self.lock:
+            updated = change(self.journal.records(), self.clock.now())
+            self.journal.save(updated)
+            return updated
+
+    def execute(self, plan: Plan) -> ApplyResult:
+        """Carry out a plan with the one executor (the head uses this for immediate destroys)."""
+        with self.lock:
+            executor = Executor(
+                provider=self.provider,
+                journal=self.journal,
+                launcher=self.launcher,
+                specs=self.specs,
+                now=self.clock.now,
+                progress=self.progress,
+            )
+            return executor.apply(plan)
+
+    # --- one tick ------------------------------------------------------------------------------
+
+    def tick(self) -> TickReport:
+        with self.lock:
+            now = self.clock.now()
+            report = TickReport(now)
+            due = {name: s.due(now) for name, s in self.schedules.items()}
+            report.jobs = due
+            if any("reconcile" in jobs for jobs in due.values()):
+                self._reconcile(now, due, report)
+            self._run_nets(now, due, report)
+            for name, jobs in due.items():
+                self.schedules[name].ran(jobs, now)
+            return report
+
+    def _reconcile(self, now: float, due: Mapping[str, list[str]], report: TickReport) -> None:
+        specs = [s for name, s in self.specs.items() if "reconcile" in due.get(name, [])]
+        sweep = any("orphan_sweep" in due.get(s.name, []) for s in specs)
+        plan = observe_and_plan(
+            self.provider,
+            specs,
+            self.journal.records(),
+            lineage=self.journal.lineage,
+            serial=self.journal.serial,
+            now=now,
+            demand=self.signals.demand(self.specs),
+            sweep_orphans=sweep,
+        )
+        if plan.errored:
+            for error in plan.errors:
+                for spec in specs:
+                    self.journal.log(spec.name, LedgerKind.NOTE, "listing_unknown", error)
+            return
+        report.results.append(self.execute(plan))
+
+    def _run_nets(self, now: float, due: Mapping[str, list[str]], report: TickReport) -> None:
+        records = self._with_probes(self.journal.records(), now)
+        busy = self.signals.busy(records, now)
+        lineage = self.journal.lineage
+        instances: dict[str, InstanceRecord] = {}
+        found: list[Detection] = []
+        for cluster, jobs in due.items():
+            specs = {cluster: self.specs[cluster]}
+            mine = [r for r in records.instances.values() if r.cluster == cluster]
+            if "idle_scan" in jobs:
+                self._take(
+                    idle.scan(mine, specs, busy=busy, lineage=lineage, now=now),
+                    "idle_scan",
+                    instances,
+                    found,
+                )
+            for job, net in MACHINE_NETS.items():
+                if job in jobs:
+                    current = [instances.get(r.id, r) for r in mine]
+                    self._take(net(current, specs, lineage=lineage, now=now), job, instances, found)
+        request_result = self._pool_nets(records, now, due, busy)
+        found += request_result.detections
+        if not found and not instances and not request_result.requests and not request_result.pools:
+            return
+        self._log_detections(found, records, instances)
+        report.detections += found
+        plan = react(
+            records,
+            found,
+            self.specs,
+            lineage=lineage,
+            serial=self.journal.serial,
+            now=now,
+            instances=instances,
+            requests=request_result.requests,
+            pools=request_result.pools,
+        )
+        report.results.append(self.execute(plan))
+
+    def _take(
+        self,
+        result: NetResult,
+        net: str,
+        instances: dict[str, InstanceRecord],
+        found: list[Detection],
+    ) -> None:
+        instances.update(result.updates)
+        found += result.detections
+        if result.detections:
+            self.detections_by_net[net] = self.detections_by_net.get(net, 0) + len(
+                result.detections
+            )
+
+    def _pool_nets(
+        self,
+        records: Records,
+        now: float,
+        due: Mapping[str, list[str]],
+        busy: Mapping[str, bool | None],
+    ) -> pools.PoolResult:
+        merged = pools.PoolResult()
+        for cluster, jobs in due.items():
+            for result in _pool_jobs(
+                records, self.specs[cluster], jobs, signals=self.signals, busy=busy, now=now
+            ):
+                merged.detections += result.detections
+                merged.requests.update(result.requests)
+                merged.pools.update(result.pools)
+        return merged
+
+    def _with_probes(self, records: Records, now: float) -> Records:
+        """Our control-plane probe of each worker (Ray's view of its node), as `probe_ok_at`."""
+        ok = self.signals.probes(records)
+        if not ok:
+            return records
+        instances = {
+            rid: replace(r, probe_ok_at=now) if ok.get(rid) else r
+            for rid, r in records.instances.items()
+        }
+        return replace(records, instances=instances)
+
+    def _log_detections(
+        self, found: list[Detection], records: Records, updates: Mapping[str, InstanceRecord]
+    ) -> None:
+        for detection in found:
+            record = updates.get(detection.record) or records.instances.get(detection.record)
+            cluster = record.cluster if record else _request_cluster(records, detection.record)
+            self.journal.log(
+                cluster,
+                LedgerKind.DETECTION,
+                detection.cls,
+                detection.detail,
+                record=detection.record,
+                instance=detection.vast_id,
+            )
+            self.progress(
+                f"{cluster}: detected {detection.cls} on {detection.record}: {detection.detail}"
+            )
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run(
+        self, stop: threading.Event, *, on_tick: Callable[[TickReport], None] | None = None
+    ) -> None:
+        """Tick until `stop` is set; SIGTERM sets it, and the tick in progress finishes first."""
+        while not stop.is_set():
+            report = self.tick()
+            if on_tick:
+                on_tick(report)
+            wait = (
+                min(s.next_due(self.clock.now()) for s in self.schedules.values())
+                if self.schedules
+                else 30.0
+            )
+            stop.wait(max(0.5, wait))
+
+
+def _pool_jobs(
+    records: Records,
+    spec: ClusterSpec,
+    jobs: list[str],
+    *,
+    signals: Signals,
+    busy: Mapping[str, bool | None],
+    now: float,
+) -> list[pools.PoolResult]:
+    """The request and pool watchdogs of one cluster that are due now."""
+    specs = {spec.name: spec}
+    demand = signals.demand(specs)
+    out = []
+    if "pool_idle_release" in jobs:
+        out.append(pools.pool_idle_release(records, specs, demand=demand, busy=busy, now=now))
+    if "queue_wait" in jobs:
+        out.append(pools.queue_wait(records, specs, now=now))
+    if "no_consumer" in jobs:
+        out.append(pools.no_consumer(records, specs, demand=demand))
+    if "stuck_dispatch" in jobs:
+        cadence = float(spec.cadences.stuck_dispatch_seconds)
+        out.append(pools.stuck_dispatch(records, specs, now=now, cadence=cadence))
+    return out
+
+
+def _request_cluster(records: Records, request_id: str) -> str:
+    request = records.requests.get(request_id)
+    return request.cluster if request else "unknown"

@@ -1,0 +1,255 @@
+"""Each net as a table: it fires, and it refuses for each gate of the reaper, in order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from reconciler.model.records import InstanceRecord, Intent, Phase, Role
+from reconciler.nets import idle, lost, never_reported, went_silent
+from reconciler.nets.base import NetResult
+from reconciler.nets.reaper import Gate, Refusal, refusal
+from tests.planning.builders import LINEAGE, NOW, OTHER_LINEAGE, record, spec
+
+SPEC = spec(min_workers=0)
+SPECS = {SPEC.name: SPEC}
+W = SPEC.watchdogs
+
+
+def worker(**kw: object) -> InstanceRecord:
+    base = record(
+        "w1",
+        vast_id=11,
+        role=Role.WORKER,
+        phase=Phase.ENROLLED,
+        enrolled_at=NOW - 5000,
+        self_report_at=NOW - 10,
+        first_observed_at=NOW - 6000,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def booting(**kw: object) -> InstanceRecord:
+    base = record(
+        "c1", vast_id=12, phase=Phase.RUNNING, first_observed_at=NOW - W.never_reported_seconds - 1
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+Net = Callable[[list[InstanceRecord]], NetResult]
+
+
+def run_went_silent(rs: list[InstanceRecord]) -> NetResult:
+    return went_silent.run(rs, SPECS, lineage=LINEAGE, now=NOW)
+
+
+def run_never_reported(rs: list[InstanceRecord]) -> NetResult:
+    return never_reported.run(rs, SPECS, lineage=LINEAGE, now=NOW)
+
+
+def run_auto_stop(rs: list[InstanceRecord]) -> NetResult:
+    return idle.auto_stop(rs, SPECS, lineage=LINEAGE, now=NOW)
+
+
+def run_auto_destroy(rs: list[InstanceRecord]) -> NetResult:
+    return idle.auto_destroy(rs, SPECS, lineage=LINEAGE, now=NOW)
+
+
+SILENT = worker(self_report_at=NOW - W.went_silent_after_seconds - 1)
+SUSPECT = booting(boot_suspect_at=NOW - 60)
+DUE_STOP = worker(stop_due_at=NOW - 1, destroy_due_at=NOW + 100)
+DUE_DESTROY = worker(
+    phase=Phase.STOPPED, intent=Intent.STOPPED, stop_due_at=NOW - 500, destroy_due_at=NOW - 1
+)
+
+# (net, a record it fires on, class, whether it is a heartbeat net (has the exempt gate))
+NETS = {
+    "went_silent": (run_went_silent, SILENT, "went_silent", True),
+    "never_reported": (run_never_reported, SUSPECT, "never_reported", True),
+    "auto_stop": (run_auto_stop, DUE_STOP, "idle_stop", False),
+    "auto_destroy": (run_auto_destroy, DUE_DESTROY, "idle_destroy", False),
+}
+
+
+@pytest.mark.parametrize("name", list(NETS))
+def test_fires(name: str) -> None:
+    net, firing, cls, _ = NETS[name]
+    result = net([firing])
+    assert [(d.record, d.cls) for d in result.detections] == [(firing.id, cls)]
+
+
+GATES = [
+    ("not-ours", lambda r: replace(r, managed_by=OTHER_LINEAGE), Refusal.NOT_OURS),
+    ("already-destroyed", lambda r: replace(r, phase=Phase.DESTROYED), None),
+    ("pinned", lambda r: replace(r, pinned=True), Refusal.PINNED),
+    ("exempt", lambda r: replace(r, exempt=True), Refusal.EXEMPT),
+]
+
+
+@pytest.mark.parametrize("name", list(NETS))
+@pytest.mark.parametrize(("gate", "change", "expected"), GATES, ids=[g[0] for g in GATES])
+def test_refuses(
+    name: str,
+    gate: str,
+    change: Callable[[InstanceRecord], InstanceRecord],
+    expected: Refusal | None,
+) -> None:
+    net, firing, _, heartbeat_net = NETS[name]
+    result = net([change(firing)])
+    if gate == "exempt" and not heartbeat_net:
+        return  # the exempt class only excuses machines from the heartbeat nets
+    assert result.detections == []
+    if gate == "already-destroyed":
+        assert result.refusals == [] and result.updates == {}  # not even scanned
+    else:
+        assert expected is not None
+        assert result.refusals == [(firing.id, expected.value)]
+
+
+def test_reaper_gate_order() -> None:
+    """A record failing several gates is refused for the first one, in the seed's order."""
+    r = worker(pinned=True, exempt=True, first_observed_at=NOW)
+    gate = Gate(grace_seconds=100, heartbeat_net=True)
+    assert refusal(None, lineage=LINEAGE, now=NOW, gate=gate) is Refusal.NOT_OURS
+    assert (
+        refusal(
+            replace(r, managed_by=OTHER_LINEAGE, phase=Phase.DESTROYED),
+            lineage=LINEAGE,
+            now=NOW,
+            gate=gate,
+        )
+        is Refusal.NOT_OURS
+    )
+    assert (
+        refusal(replace(r, phase=Phase.DESTROYED), lineage=LINEAGE, now=NOW, gate=gate)
+        is Refusal.ALREADY_DESTROYED
+    )
+    assert refusal(r, lineage=LINEAGE, now=NOW, gate=gate) is Refusal.PINNED
+    assert refusal(replace(r, pinned=False), lineage=LINEAGE, now=NOW, gate=gate) is Refusal.EXEMPT
+    assert (
+        refusal(replace(r, pinned=False, exempt=False), lineage=LINEAGE, now=NOW, gate=gate)
+        is Refusal.IN_GRACE
+    )
+    assert (
+        refusal(
+            replace(r, pinned=False, exempt=False, first_observed_at=NOW - 101),
+            lineage=LINEAGE,
+            now=NOW,
+            gate=gate,
+        )
+        is None
+    )
+
+
+def test_went_silent_reads_only_the_workers_own_report() -> None:
+    warm_elsewhere = replace(SILENT, provider_seen_at=NOW, probe_ok_at=NOW)
+    assert [d.cls for d in run_went_silent([warm_elsewhere]).detections] == ["went_silent"]
+    quiet_elsewhere = worker(provider_seen_at=NOW - 9999, probe_ok_at=None)
+    assert run_went_silent([quiet_elsewhere]).detections == []
+
+
+def test_never_reported_is_confirmed_on_a_second_tick() -> None:
+    first = run_never_reported([booting()])
+    assert first.detections == []
+    noted = first.updates["c1"]
+    assert noted.boot_suspect_at == NOW
+    second = never_reported.run([noted], SPECS, lineage=LINEAGE, now=NOW + 60)
+    assert [d.cls for d in second.detections] == ["never_reported"]
+
+
+def test_never_reported_window_runs_from_our_first_observation() -> None:
+    young = booting(first_observed_at=NOW - 60, boot_suspect_at=NOW - 60)
+    assert run_never_reported([young]).detections == []
+    assert (young.id, Refusal.IN_GRACE.value) in run_never_reported([young]).refusals
+
+
+def test_lost_needs_all_three_channels_and_never_destroys() -> None:
+    cold = worker(self_report_at=NOW - 999, provider_seen_at=NOW - 999, probe_ok_at=None)
+    result = lost.run([cold], SPECS, lineage=LINEAGE, now=NOW)
+    assert [d.cls for d in result.detections] == ["lost"]
+    assert result.updates["w1"].lost is True
+    for warm in ("self_report_at", "provider_seen_at", "probe_ok_at"):
+        one_warm = replace(cold, **{warm: NOW})
+        assert lost.run([one_warm], SPECS, lineage=LINEAGE, now=NOW).detections == []
+    healed = lost.run([replace(cold, lost=True, probe_ok_at=NOW)], SPECS, lineage=LINEAGE, now=NOW)
+    assert healed.updates["w1"].lost is False
+
+
+def test_idle_scan_arms_both_timers_stop_first() -> None:
+    quiet = worker()
+    result = idle.scan([quiet], SPECS, busy={"w1": False}, lineage=LINEAGE, now=NOW)
+    armed = result.updates["w1"]
+    assert armed.stop_due_at == NOW + W.idle_stop_after_seconds
+    assert armed.destroy_due_at == NOW + W.idle_destroy_after_seconds
+    assert armed.stop_due_at < armed.destroy_due_at
+
+
+def test_idle_scan_does_not_arm_without_a_sample_or_when_pinned() -> None:
+    assert idle.scan([worker()], SPECS, busy={}, lineage=LINEAGE, now=NOW).updates == {}
+    pinned = worker(pinned=True)
+    assert idle.scan([pinned], SPECS, busy={"w1": False}, lineage=LINEAGE, now=NOW).updates == {}
+
+
+@pytest.mark.parametrize(
+    "drift",
+    [
+        {"phase": Phase.PULLING},
+        {"phase": Phase.STOPPED, "intent": Intent.STOPPED},
+        {"role": Role.CANDIDATE},
+        {"managed_by": OTHER_LINEAGE},
+        {"lost": True, "pinned": True},
+        {"phase": Phase.DESTROYING, "intent": Intent.DESTROYED},
+    ],
+    ids=["pulling", "stopped", "candidate", "not-ours", "lost-and-pinned", "destroying"],
+)
+def test_traffic_clears_both_timers_whatever_the_recorded_state(drift: dict[str, object]) -> None:
+    drifted = replace(worker(stop_due_at=NOW + 5, destroy_due_at=NOW + 50), **drift)  # type: ignore[arg-type]
+    result = idle.scan([drifted], SPECS, busy={"w1": True}, lineage=LINEAGE, now=NOW)
+    cleared = result.updates["w1"]
+    assert cleared.stop_due_at is None and cleared.destroy_due_at is None
+
+
+def test_auto_destroy_needs_stopped_or_idle() -> None:
+    armed_destroy_only = worker(stop_due_at=None, destroy_due_at=NOW - 1)
+    assert run_auto_destroy([armed_destroy_only]).detections == []
+
+
+def test_auto_stop_keeps_min_workers() -> None:
+    keep = spec(min_workers=1)
+    result = idle.auto_stop([DUE_STOP], {keep.name: keep}, lineage=LINEAGE, now=NOW)
+    assert result.detections == [] and ("w1", "at-min-workers") in result.refusals
+
+
+@pytest.mark.parametrize("name", list(NETS))
+def test_destroyed_records_are_skipped_by_every_scan(name: str) -> None:
+    net, firing, _, _ = NETS[name]
+    dead = replace(firing, phase=Phase.DESTROYED, intent=Intent.DESTROYED)
+    result = net([dead])
+    assert result.detections == [] and result.updates == {} and result.refusals == []
+
+
+def test_destroyed_records_get_no_timer_from_the_idle_scan() -> None:
+    dead = worker(phase=Phase.DESTROYED, intent=Intent.DESTROYED)
+    assert idle.scan([dead], SPECS, busy={"w1": False}, lineage=LINEAGE, now=NOW).updates == {}
+
+
+def test_an_unknown_class_alerts_a_human_and_ends_nothing() -> None:
+    from reconciler.nets.detection import Detection
+    from reconciler.planning.react import react
+    from tests.planning.builders import records
+
+    state = records(worker())
+    plan = react(
+        state,
+        [Detection("w1", "gpu_fell_off_the_bus", "Xid 79", 11)],
+        SPECS,
+        lineage=LINEAGE,
+        serial=1,
+        now=NOW,
+    )
+    assert plan.actions == ()
+    (alert,) = plan.records.alerts
+    assert (alert.cls, alert.record, alert.message) == ("gpu_fell_off_the_bus", "w1", "Xid 79")
+    assert any("ALERT gpu_fell_off_the_bus" in n for n in plan.notes)

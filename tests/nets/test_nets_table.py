@@ -10,8 +10,10 @@ import pytest
 from reconciler.model.records import InstanceRecord, Intent, Phase, Role
 from reconciler.nets import idle, lost, never_reported, went_silent
 from reconciler.nets.base import NetResult
+from reconciler.nets.detection import Detection
 from reconciler.nets.reaper import Gate, Refusal, refusal
-from tests.planning.builders import LINEAGE, NOW, OTHER_LINEAGE, record, spec
+from reconciler.planning.react import react
+from tests.planning.builders import LINEAGE, NOW, OTHER_LINEAGE, record, records, spec
 
 SPEC = spec(min_workers=0)
 SPECS = {SPEC.name: SPEC}
@@ -236,10 +238,6 @@ def test_destroyed_records_get_no_timer_from_the_idle_scan() -> None:
 
 
 def test_an_unknown_class_alerts_a_human_and_ends_nothing() -> None:
-    from reconciler.nets.detection import Detection
-    from reconciler.planning.react import react
-    from tests.planning.builders import records
-
     state = records(worker())
     plan = react(
         state,

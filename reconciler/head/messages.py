@@ -60,13 +60,13 @@ def parse(name: str, body: bytes) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class EnrollRequest:
-    token: str = ""
-    instance_id: int = 0
-    boot_id: str = ""
-    public_ip: str | None = None
-    ports: Mapping[int, int] | None = None
-    cpus: int = 1
-    gpus: int = 0
+    token: str
+    instance_id: int
+    boot_id: str
+    public_ip: str | None
+    ports: Mapping[int, int]
+    cpus: int
+    gpus: int
     cpu_source: str = ""
 
     def __repr__(self) -> str:  # the token is a secret
@@ -110,6 +110,7 @@ class Heartbeat:
     pids_limit: int | None
     worker_ports_in_use: tuple[int, ...]
     worker_ports_total: int
+    sample_seconds: float | None
     cpu_fraction: float | None
     load1: float | None
     memory_used_fraction: float | None
@@ -127,11 +128,14 @@ class Heartbeat:
             boot_id=doc["boot_id"],
             seq=doc["seq"],
             sent_at=float(doc["sent_at"]),
-            ray=RaySample(ray["state"], ray["pid"], ray.get("exit_code"), ray.get("uptime_seconds")),
+            ray=RaySample(
+                ray["state"], ray["pid"], ray.get("exit_code"), ray.get("uptime_seconds")
+            ),
             pids=doc["processes"]["pids"],
             pids_limit=doc["processes"]["pids_limit"],
             worker_ports_in_use=tuple(doc["worker_ports"]["in_use"]),
             worker_ports_total=doc["worker_ports"]["total"],
+            sample_seconds=use["sample_seconds"],
             cpu_fraction=use["cpu_fraction"],
             load1=use["load1"],
             memory_used_fraction=use["memory_used_fraction"],

@@ -22,7 +22,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
+from cryptography import exceptions, x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -39,7 +39,7 @@ SERVER_RENEW_BEFORE = 30 * DAY
 BACKDATE = 300.0
 URN = "urn:ray-vast:"
 ORGANISATION = "ray-vast"
-RAY_TOKEN_FILE = "ray-auth-token"
+RAY_TOKEN_FILE = "ray-auth-token"  # noqa: S105 - a file name, not a secret
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def server_matches(server: Issued, ca: Issued, address: str, *, now: float) -> b
     try:
         cert.verify_directly_issued_by(ca.cert)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (ValueError, TypeError, x509.ExtensionNotFound, x509.InvalidSignature):
+    except (ValueError, TypeError, x509.ExtensionNotFound, exceptions.InvalidSignature):
         return False
     if _san_for(address) not in list(sans):
         return False

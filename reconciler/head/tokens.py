@@ -34,9 +34,7 @@ def enrollment_window(spec: ClusterSpec, node_type: NodeType) -> float:
     return float(node_type.pull_limit_seconds + spec.watchdogs.candidate_self_destroy_seconds)
 
 
-def join_token(
-    token: str, *, cluster: str, record_id: str, now: float, window: float
-) -> JoinToken:
+def join_token(token: str, *, cluster: str, record_id: str, now: float, window: float) -> JoinToken:
     return JoinToken(
         token_hash=digest(token),
         record_id=record_id,

@@ -1,0 +1,259 @@
+"""The head's agent endpoints as an application: bytes in, an answer out, no sockets.
+
+`HeadApp` is what the TLS servers of `service` call, and what a test or the watch controller can
+call in-process. Each handler parses and validates the message against its schema, takes the
+records lock, runs the pure decision, saves the records it returns, writes its notes to the ledger
+(in order, under the same lock) and answers. The destroys a decision asks for are handed to the
+`Destroyer`'s thread, so the agent is answered at once and the calls still go out at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from reconciler.clock import Clock
+from reconciler.head import enrollment, heartbeats, messages, pki, reports
+from reconciler.head.agentsource import AgentBundle
+from reconciler.head.answers import HeadEndpoints, PortPlan, enroll_answer
+from reconciler.head.decisions import Decision, Note, Refusal
+from reconciler.head.destroyer import Destroyer
+from reconciler.head.shared import LedgerSink, RecordsHost
+from reconciler.model.records import Records
+from reconciler.model.spec import ClusterSpec
+from reconciler.state.ledger import LedgerKind
+
+T = TypeVar("T")
+log = logging.getLogger("reconciler.head")
+
+# A handshake refused on a port is ledgered at most this often per peer address: a scanner on
+# the internet must not fill the ledger.
+HANDSHAKE_NOTE_INTERVAL = 60.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def json_answer(status: int, doc: Mapping[str, Any]) -> Answer:
+    return Answer(status, json.dumps(doc, separators=(",", ":")).encode())
+
+
+def refusal_answer(refusal: Refusal) -> Answer:
+    return json_answer(refusal.status, {"error": refusal.error, "message": refusal.message})
+
+
+class HeadApp:
+    """Enrollment, heartbeats, reports and the agent download for one cluster."""
+
+    def __init__(
+        self,
+        *,
+        spec: ClusterSpec,
+        cluster_pki: pki.ClusterPki,
+        host: RecordsHost,
+        ledger: LedgerSink,
+        destroyer: Destroyer,
+        lineage: str,
+        clock: Clock,
+        endpoints: HeadEndpoints,
+        agent: AgentBundle,
+        ports: PortPlan | None = None,
+    ) -> None:
+        self.spec = spec
+        self.pki = cluster_pki
+        self.host = host
+        self.ledger = ledger
+        self.destroyer = destroyer
+        self.lineage = lineage
+        self.clock = clock
+        self.endpoints = endpoints
+        self.agent = agent
+        self.ports = ports or PortPlan()
+        # The watch controller may hold enrollment (503, the candidate retries) while it catches up.
+        self.accepting_enrollments = True
+        self._handshake_noted: dict[str, float] = {}
+        self._guard = threading.Lock()
+
+    @property
+    def cluster(self) -> str:
+        return self.spec.name
+
+    def set_spec(self, spec: ClusterSpec) -> None:
+        """A new version of the cluster spec (thresholds, node types) after a spec reload."""
+        self.spec = spec
+
+    # --- POST /enroll ----------------------------------------------------------------------
+
+    def enroll(self, body: bytes) -> Answer:
+        if not self.accepting_enrollments:
+            return refusal_answer(Refusal(503, "not_ready", "the head is not enrolling yet"))
+        parsed = self._parse(messages.ENROLL_REQUEST, body, "enroll")
+        if isinstance(parsed, Answer):
+            return parsed
+        request = messages.EnrollRequest.of(parsed)
+        if not request.public_ip:
+            return refusal_answer(Refusal(400, "bad_request", "the container has no public IP"))
+        serial = pki.new_serial()
+        decision = self._decide(
+            lambda records, now: enrollment.enroll(
+                records, request, cluster=self.cluster, lineage=self.lineage, now=now, serial=serial
+            )
+        )
+        if decision.refusal is not None or decision.outcome is None:
+            return refusal_answer(decision.refusal or Refusal(500, "bad_request", "no decision"))
+        admission = decision.outcome
+        certificate = pki.issue_worker(
+            self.pki.ca,
+            cluster=self.cluster,
+            record_id=admission.record.id,
+            instance_id=request.instance_id,
+            slot_id=admission.slot_id,
+            serial=admission.serial,
+            now=self.clock.now(),
+        )
+        answer = enroll_answer(
+            admission,
+            request,
+            spec=self.spec,
+            endpoints=self.endpoints,
+            ports=self.ports,
+            certificate=certificate,
+            ca_pem=self.pki.ca_pem,
+            ray_auth_token=self.pki.ray_auth_token,
+        )
+        return json_answer(200, answer)
+
+    # --- POST /heartbeat (port B) ----------------------------------------------------------
+
+    def heartbeat(self, peer_cert_der: bytes | None, body: bytes) -> Answer:
+        identity = pki.worker_identity(peer_cert_der) if peer_cert_der else None
+        parsed = self._parse(messages.HEARTBEAT, body, "heartbeat")
+        if isinstance(parsed, Answer):
+            return parsed
+        beat = messages.Heartbeat.of(parsed, received_at=self.clock.now())
+        decision = self._decide(
+            lambda records, now: heartbeats.heartbeat(
+                records, identity, beat, cluster=self.cluster, lineage=self.lineage, now=now
+            )
+        )
+        if decision.refusal is not None:
+            return refusal_answer(decision.refusal)
+        w = self.spec.watchdogs
+        return json_answer(
+            200,
+            {
+                "ok": True,
+                "heartbeat_interval_seconds": float(w.heartbeat_interval_seconds),
+                "worker_gives_up_after_seconds": float(w.worker_gives_up_after_seconds),
+            },
+        )
+
+    # --- POST /report ----------------------------------------------------------------------
+
+    def report(self, body: bytes) -> Answer:
+        parsed = self._parse(messages.REPORT, body, "report")
+        if isinstance(parsed, Answer):
+            return parsed
+        message = messages.Report.of(parsed)
+        log.warning(
+            "cluster %s: instance %d (%s) reports %s before destroying itself: %s",
+            self.cluster,
+            message.instance_id,
+            message.phase,
+            message.reason,
+            message.detail,
+        )
+        decision = self._decide(
+            lambda records, now: reports.report(
+                records, message, cluster=self.cluster, lineage=self.lineage, now=now
+            )
+        )
+        if decision.refusal is not None:
+            return refusal_answer(decision.refusal)
+        return json_answer(200, {"ok": True})
+
+    # --- GET /agent ------------------------------------------------------------------------
+
+    def agent_download(self) -> Answer:
+        return Answer(
+            200,
+            self.agent.data,
+            content_type="application/zip",
+            headers={"X-RV-Agent-SHA256": self.agent.sha256},
+        )
+
+    # --- refused at the TLS layer ----------------------------------------------------------
+
+    def refused_handshake(self, port: str, peer: str, error: str) -> None:
+        """A peer the TLS layer refused (no certificate, another CA's): kept in the ledger, at
+        most once a minute per peer address."""
+        now = time.monotonic()
+        with self._guard:
+            last = self._handshake_noted.get(peer)
+            if last is not None and now - last < HANDSHAKE_NOTE_INTERVAL:
+                return
+            self._handshake_noted[peer] = now
+        cls = "heartbeat_refused" if port == "heartbeat" else "tls_refused"
+        with self.host.lock:
+            self.ledger.log(
+                self.cluster,
+                LedgerKind.DETECTION,
+                cls,
+                f"{port} port: TLS handshake with {peer} refused: {error}",
+                data={"refused": "tls", "peer": peer, "port": port},
+            )
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _parse(self, schema: str, body: bytes, what: str) -> dict[str, Any] | Answer:
+        try:
+            return messages.parse(schema, body)
+        except messages.BadMessage as exc:
+            with self.host.lock:
+                self.ledger.log(
+                    self.cluster,
+                    LedgerKind.DETECTION,
+                    "bad_agent_message",
+                    f"{what}: malformed message refused: {exc}",
+                    data={"refused": "bad_request"},
+                )
+            return refusal_answer(Refusal(400, "bad_request", str(exc)))
+
+    def _decide(self, decide: Callable[[Records, float], Decision[T]]) -> Decision[T]:
+        """Run a decision on the current records, save what it changed, write its notes (all
+        under the records lock, so the ledger's order is the decisions' order), then hand its
+        destroys to the destroyer."""
+        with self.host.lock:
+            before = self.host.records()
+            decision = decide(before, self.clock.now())
+            if decision.records is not before:
+                self.host.mutate(lambda _records, _now: decision.records)
+            for note in decision.notes:
+                self._note(note)
+        for destroy in decision.destroys:
+            self.destroyer.submit(destroy)
+        return decision
+
+    def _note(self, note: Note) -> None:
+        self.ledger.log(
+            self.cluster,
+            note.kind,
+            note.cls,
+            note.message,
+            record=note.record,
+            instance=note.instance,
+            data=note.data,
+        )

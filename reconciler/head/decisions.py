@@ -1,0 +1,96 @@
+"""What a decision of the head is: new records, plus what to do about them.
+
+The head's decisions (`enrollment`, `heartbeats`, `reports`) are pure functions
+`(records, message, now) -> Decision`. The service applies a decision under the one lock it shares
+with the watch controller: it saves the records, writes the notes to the ledger, answers the agent,
+and hands the destroys to a worker thread. Keeping the effects as data is what lets a test check
+"the extra candidates are destroyed" without a network, and the service do it without thinking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records
+from reconciler.state.ledger import LedgerKind
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Note:
+    """One ledger line the decision wants written."""
+
+    kind: LedgerKind
+    cls: str
+    message: str
+    record: str | None = None
+    instance: int | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Destroy:
+    """A provider destroy to carry out; the record is already `destroying` in the decision's
+    records (intent before the call), and is marked destroyed once vast confirms."""
+
+    record_id: str
+    vast_id: int | None
+    cls: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A non-200 answer to the agent (agent-error.v1.json)."""
+
+    status: int
+    error: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision(Generic[T]):
+    records: Records
+    notes: tuple[Note, ...] = ()
+    destroys: tuple[Destroy, ...] = ()
+    refusal: Refusal | None = None
+    outcome: T | None = None
+
+
+def put(records: Records, record: InstanceRecord) -> Records:
+    instances = dict(records.instances)
+    instances[record.id] = record
+    return replace(records, instances=instances)
+
+
+def doomed(record: InstanceRecord, reason: str, now: float) -> InstanceRecord:
+    """The record as it is saved before its destroy call: intent destroyed, phase destroying."""
+    return replace(
+        record,
+        intent=Intent.DESTROYED,
+        phase=Phase.DESTROYING,
+        ended_reason=reason,
+        ended_at=record.ended_at or now,
+    )
+
+
+def revoke(records: Records, serial: int) -> Records:
+    if serial in records.revoked_certs:
+        return records
+    return replace(records, revoked_certs=(*records.revoked_certs, serial))
+
+
+def ours(record: InstanceRecord | None, *, cluster: str, lineage: str) -> bool:
+    """A record the head may act on: this cluster's, made by this state (DESIGN.md rule 9)."""
+    return record is not None and record.cluster == cluster and record.managed_by == lineage
+
+
+def by_vast_id(records: Records, vast_id: int) -> InstanceRecord | None:
+    """The live record of a vast instance, if any."""
+    for record in records.instances.values():
+        if record.vast_id == vast_id and record.live:
+            return record
+    return None

@@ -1,0 +1,335 @@
+"""Enrollment: which candidate becomes the worker of which slot (the seed's steps 5 and 6).
+
+`enroll(records, request, ...)` is pure. In order, it:
+
+1. checks the token: unknown, of another cluster, or bound to another instance than the one that
+   presents it is a failed token check, and the head destroys the presenting instance (when it
+   is ours; an instance we do not answer for is only refused);
+2. refuses a token already used: by the same boot it is a retry whose answer was lost (answered
+   again, with a fresh certificate); by another boot it is a container restart (a second
+   enrollment), which the seed ends: 403, and the worker destroys itself;
+3. refuses an expired token, and a candidate whose record or request has ended (a late candidate:
+   every slot already has a worker);
+4. fills the request's first open slot: the record becomes a worker, the token is spent and bound
+   to the boot, the rent-loop breaker count of the node type goes back to 0;
+5. when that was the last open slot, closes the request and destroys every other candidate of it
+   at once (not on a later tick), recording the intent before the calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from reconciler.head import decisions as dec
+from reconciler.head import tokens
+from reconciler.head.messages import EnrollRequest
+from reconciler.model.records import (
+    BreakerState,
+    InstanceRecord,
+    Intent,
+    JoinToken,
+    Phase,
+    Records,
+    Request,
+    RequestStatus,
+    Role,
+    breaker_key,
+)
+from reconciler.state.ledger import LedgerKind
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A candidate let in: what the enrollment answer is built from."""
+
+    record: InstanceRecord
+    slot_id: str
+    request_id: str | None
+    serial: int
+    again: bool = False  # the same boot asking again: a fresh certificate, nothing else changes
+
+
+def enroll(
+    records: Records,
+    request: EnrollRequest,
+    *,
+    cluster: str,
+    lineage: str,
+    now: float,
+    serial: int,
+) -> dec.Decision[Admission]:
+    """Decide one enrollment; `serial` is the serial the worker's certificate will carry."""
+    token = records.tokens.get(tokens.digest(request.token))
+    record = records.instances.get(token.record_id) if token is not None else None
+    problem = _token_problem(token, record, request, cluster=cluster, lineage=lineage)
+    if problem is not None or token is None or record is None:
+        why = problem or "the join token is not one this head issued"
+        return _token_check_failed(records, request, why, cluster=cluster, lineage=lineage, now=now)
+    if token.used_at is not None:
+        return _used(records, request, token, record, now=now, serial=serial)
+    if now >= token.expires_at:
+        return _refuse(
+            records,
+            request,
+            record,
+            "token_expired",
+            f"the join token expired {now - token.expires_at:.0f}s ago",
+        )
+    slot_request = records.requests.get(record.request_id) if record.request_id else None
+    if not record.live or record.intent is not Intent.RUNNING or record.role is not Role.CANDIDATE:
+        state = record.ended_reason or record.intent.value
+        return _refuse(
+            records,
+            request,
+            record,
+            "late_candidate",
+            f"record {record.id} is {record.phase.value} ({state})",
+        )
+    if slot_request is None:
+        return _refuse(
+            records,
+            request,
+            record,
+            "not_a_candidate",
+            f"record {record.id} belongs to no request",
+        )
+    if slot_request.status is not RequestStatus.OPEN or not slot_request.open_slots:
+        settled = f"every slot of request {slot_request.id} is settled"
+        return _refuse(
+            records,
+            request,
+            record,
+            "late_candidate",
+            f"{settled} ({slot_request.status.value})",
+        )
+    return _admit(records, request, token, record, slot_request, now=now, serial=serial)
+
+
+def _token_problem(
+    token: JoinToken | None,
+    record: InstanceRecord | None,
+    request: EnrollRequest,
+    *,
+    cluster: str,
+    lineage: str,
+) -> str | None:
+    """Why a token does not prove that the presenting instance is the one it was made for."""
+    if token is None or token.cluster != cluster:
+        return "the join token is not one this head issued"
+    if record is None or not dec.ours(record, cluster=cluster, lineage=lineage):
+        return "the join token's record is not ours"
+    if record.vast_id is not None and record.vast_id != request.instance_id:
+        return f"the join token belongs to instance {record.vast_id} (record {record.id})"
+    return None
+
+
+def _admit(
+    records: Records,
+    request: EnrollRequest,
+    token: JoinToken,
+    record: InstanceRecord,
+    slot_request: Request,
+    *,
+    now: float,
+    serial: int,
+) -> dec.Decision[Admission]:
+    slot = slot_request.open_slots[0]
+    worker = replace(
+        record,
+        role=Role.WORKER,
+        phase=Phase.ENROLLED,
+        vast_id=request.instance_id,
+        enrolled_at=now,
+        self_report_at=now,
+        public_ip=request.public_ip,
+        slot_id=slot.id,
+    )
+    slots = tuple(
+        replace(s, worker=record.id) if s.id == slot.id else s for s in slot_request.slots
+    )
+    filled = not any(s.worker is None and not s.ended_without_worker for s in slots)
+    closed = replace(
+        slot_request, slots=slots, status=RequestStatus.FILLED if filled else slot_request.status
+    )
+    spent = replace(token, used_at=now, boot_id=request.boot_id)
+    updated = dec.put(records, worker)
+    updated = replace(
+        updated,
+        requests={**updated.requests, closed.id: closed},
+        tokens={**updated.tokens, spent.token_hash: spent},
+        breakers=_breaker_reset(updated, record),
+    )
+    notes = [
+        dec.Note(
+            LedgerKind.DECISION,
+            "enrolled",
+            f"instance {request.instance_id} enrolled as the worker of slot {slot.id}"
+            f" ({request.cpus} CPUs from {request.cpu_source or 'unknown'}, {request.gpus} GPUs)",
+            record=record.id,
+            instance=request.instance_id,
+            data={
+                "slot": slot.id,
+                "request": slot_request.id,
+                "boot_id": request.boot_id,
+                "public_ip": request.public_ip,
+                "cpus": request.cpus,
+                "gpus": request.gpus,
+            },
+        )
+    ]
+    destroys: list[dec.Destroy] = []
+    if filled:
+        updated, extra_notes, destroys = _end_extras(updated, closed, keep=record.id, now=now)
+        notes += extra_notes
+    admission = Admission(worker, slot.id, slot_request.id, serial)
+    return dec.Decision(updated, tuple(notes), tuple(destroys), None, admission)
+
+
+def _end_extras(
+    records: Records, request: Request, *, keep: str, now: float
+) -> tuple[Records, list[dec.Note], list[dec.Destroy]]:
+    """Every other live candidate of a request whose slots are all filled: destroyed at once."""
+    notes: list[dec.Note] = []
+    destroys: list[dec.Destroy] = []
+    for other in list(records.instances.values()):
+        if (
+            other.id == keep
+            or other.request_id != request.id
+            or other.role is not Role.CANDIDATE
+            or not other.live
+            or other.intent is Intent.DESTROYED
+        ):
+            continue
+        message = f"request {request.id} has a worker in every slot"
+        records = dec.put(records, dec.doomed(other, "extra_candidate", now))
+        destroys.append(dec.Destroy(other.id, other.vast_id, "extra_candidate", message))
+        notes.append(
+            dec.Note(
+                LedgerKind.DECISION,
+                "extra_candidate",
+                f"destroy: {message}",
+                record=other.id,
+                instance=other.vast_id,
+            )
+        )
+    return records, notes, destroys
+
+
+def _used(
+    records: Records,
+    request: EnrollRequest,
+    token: JoinToken,
+    record: InstanceRecord,
+    *,
+    now: float,
+    serial: int,
+) -> dec.Decision[Admission]:
+    same_boot = token.boot_id == request.boot_id
+    if same_boot and record.role is Role.WORKER and record.live and record.intent is Intent.RUNNING:
+        note = dec.Note(
+            LedgerKind.NOTE,
+            "enrolled",
+            f"instance {request.instance_id} asked again from the same boot; answered again",
+            record=record.id,
+            instance=request.instance_id,
+            data={"boot_id": request.boot_id, "again": True},
+        )
+        admission = Admission(record, record.slot_id or "", record.request_id, serial, again=True)
+        return dec.Decision(records, (note,), (), None, admission)
+    if record.enrolled_at is not None:
+        return _refuse(
+            records,
+            request,
+            record,
+            "second_enrollment",
+            f"instance {request.instance_id} enrolled at {record.enrolled_at:.0f} from"
+            " another boot; a restarted container is not let in again",
+        )
+    return _refuse(records, request, record, "token_reused", "the join token was already used")
+
+
+def _token_check_failed(
+    records: Records,
+    request: EnrollRequest,
+    why: str,
+    *,
+    cluster: str,
+    lineage: str,
+    now: float,
+) -> dec.Decision[Admission]:
+    """The seed: a failed token check makes the head destroy that instance (when it is ours)."""
+    presenter = dec.by_vast_id(records, request.instance_id)
+    refusal = dec.Refusal(403, "token_check_failed", f"token check failed: {why}")
+    if (
+        presenter is None
+        or not dec.ours(presenter, cluster=cluster, lineage=lineage)
+        or presenter.intent is Intent.DESTROYED
+    ):
+        note = dec.Note(
+            LedgerKind.DETECTION,
+            "token_check_failed",
+            f"instance {request.instance_id}: {refusal.message}; not an instance of ours, refused",
+            instance=request.instance_id,
+            data={"boot_id": request.boot_id, "refused": "token_check_failed"},
+        )
+        return dec.Decision(records, (note,), (), refusal)
+    message = f"instance {request.instance_id}: {refusal.message}"
+    updated = dec.put(records, dec.doomed(presenter, "token_check_failed", now))
+    notes = (
+        dec.Note(
+            LedgerKind.DETECTION,
+            "token_check_failed",
+            message,
+            record=presenter.id,
+            instance=request.instance_id,
+            data={"boot_id": request.boot_id, "refused": "token_check_failed"},
+        ),
+        dec.Note(
+            LedgerKind.DECISION,
+            "token_check_failed",
+            "destroy: the token check failed",
+            record=presenter.id,
+            instance=request.instance_id,
+        ),
+    )
+    destroy = dec.Destroy(presenter.id, presenter.vast_id, "token_check_failed", message)
+    return dec.Decision(updated, notes, (destroy,), refusal)
+
+
+def _refuse(
+    records: Records,
+    request: EnrollRequest,
+    record: InstanceRecord,
+    error: str,
+    message: str,
+    *,
+    status: int = 403,
+) -> dec.Decision[Admission]:
+    note = dec.Note(
+        LedgerKind.DETECTION,
+        _LEDGER_CLASS[error],
+        f"enrollment of instance {request.instance_id} refused ({error}): {message}",
+        record=record.id,
+        instance=request.instance_id,
+        data={"boot_id": request.boot_id, "refused": error},
+    )
+    return dec.Decision(records, (note,), (), dec.Refusal(status, error, message))
+
+
+# Refusal codes and the ledger classes they are kept under (reconciler/model/routing.py).
+_LEDGER_CLASS = {
+    "late_candidate": "late_candidate",
+    "second_enrollment": "second_enrollment",
+    "token_reused": "token_reused",
+    "token_expired": "token_expired",
+    "not_a_candidate": "late_candidate",
+}
+
+
+def _breaker_reset(records: Records, record: InstanceRecord) -> dict[str, BreakerState]:
+    """The seed: a successful enrollment sets the rent-loop breaker's count to 0."""
+    key = breaker_key(record.cluster, record.node_type)
+    breakers = dict(records.breakers)
+    state = breakers.get(key, BreakerState())
+    breakers[key] = replace(state, consecutive_empty=0)
+    return breakers

@@ -1,0 +1,131 @@
+"""Heartbeats: is this certificate's holder a worker here? (pure)
+
+The TLS layer has already checked that the certificate was signed by this cluster's CA. What is
+left is whether the worker it names is still one: not revoked, a live worker record of ours, with
+the same vast instance, and a heartbeat that speaks for the instance its certificate names. Any
+other answer is 403 ("you are not a worker here": the worker reports and destroys itself), the
+certificate's serial joins the revocation set, and the refusal is kept in the ledger.
+
+A heartbeat that passes moves the worker's own report clock (`self_report_at`, the only thing the
+went-silent net reads) and, once Ray runs, its phase from enrolled to serving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reconciler.head import decisions as dec
+from reconciler.head.messages import Heartbeat
+from reconciler.head.pki import WorkerIdentity
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.state.ledger import LedgerKind
+
+# Traffic thresholds: above Ray's own background (health checks, resource reports, heartbeats).
+CPU_BUSY = 0.10
+GPU_BUSY = 0.05
+NET_BUSY_BYTES_PER_SECOND = 64 * 1024
+
+
+def heartbeat(
+    records: Records,
+    identity: WorkerIdentity | None,
+    beat: Heartbeat,
+    *,
+    cluster: str,
+    lineage: str,
+    now: float,
+) -> dec.Decision[InstanceRecord]:
+    if identity is None:
+        return _refuse(records, None, beat, "unknown_worker", "the certificate names no worker")
+    record = records.instances.get(identity.record_id)
+    problem = _problem(records, identity, record, beat, cluster=cluster, lineage=lineage)
+    if problem is not None or record is None:
+        error, why = problem or ("unknown_worker", "no such worker")
+        refused = _refuse(records, identity, beat, error, why)
+        return replace(refused, records=dec.revoke(records, identity.serial))
+    serving = record.phase is Phase.ENROLLED and beat.ray.state == "running"
+    updated = replace(
+        record,
+        self_report_at=now,
+        phase=Phase.SERVING if serving else record.phase,
+        sample_at=now,
+        sample_busy=busy(beat),
+    )
+    notes: tuple[dec.Note, ...] = ()
+    if serving:
+        notes = (
+            dec.Note(
+                LedgerKind.NOTE,
+                "serving",
+                f"instance {record.vast_id}: Ray is running on the worker of slot {record.slot_id}",
+                record=record.id,
+                instance=record.vast_id,
+                data={"ray_pid": beat.ray.pid},
+            ),
+        )
+    return dec.Decision(dec.put(records, updated), notes, (), None, updated)
+
+
+def busy(beat: Heartbeat) -> bool:
+    """Whether a sample shows traffic (DESIGN.md: GPU or CPU utilisation or network bytes above a
+    small threshold; any one of them is enough)."""
+    if (beat.cpu_fraction or 0.0) >= CPU_BUSY or (beat.gpu_fraction or 0.0) >= GPU_BUSY:
+        return True
+    seconds = beat.sample_seconds
+    if not seconds:
+        return False
+    moved = (beat.net_rx_bytes or 0) + (beat.net_tx_bytes or 0)
+    return moved / seconds >= NET_BUSY_BYTES_PER_SECOND
+
+
+def _problem(
+    records: Records,
+    identity: WorkerIdentity,
+    record: InstanceRecord | None,
+    beat: Heartbeat,
+    *,
+    cluster: str,
+    lineage: str,
+) -> tuple[str, str] | None:
+    if identity.serial in records.revoked_certs:
+        return "revoked", f"certificate {identity.serial:x} is revoked"
+    if identity.cluster != cluster:
+        return "unknown_worker", f"the certificate is of cluster {identity.cluster!r}"
+    if record is None or not dec.ours(record, cluster=cluster, lineage=lineage):
+        return "unknown_worker", f"record {identity.record_id} is not a worker of ours"
+    if not record.live or record.intent is Intent.DESTROYED:
+        return (
+            "unknown_worker",
+            f"record {record.id} has ended ({record.ended_reason or 'destroyed'})",
+        )
+    if record.role is not Role.WORKER or record.vast_id != identity.instance_id:
+        return (
+            "unknown_worker",
+            f"record {record.id} has no worker on instance {identity.instance_id}",
+        )
+    if beat.instance_id != identity.instance_id or beat.record_id != identity.record_id:
+        return "unknown_worker", "the heartbeat speaks for another instance than its certificate"
+    return None
+
+
+def _refuse(
+    records: Records,
+    identity: WorkerIdentity | None,
+    beat: Heartbeat,
+    error: str,
+    why: str,
+) -> dec.Decision[InstanceRecord]:
+    instance = identity.instance_id if identity is not None else beat.instance_id
+    note = dec.Note(
+        LedgerKind.DETECTION,
+        "heartbeat_refused",
+        f"heartbeat of instance {instance} refused ({error}): {why}",
+        record=identity.record_id if identity is not None else None,
+        instance=instance,
+        data={
+            "refused": error,
+            "serial": f"{identity.serial:x}" if identity is not None else None,
+            "boot_id": beat.boot_id,
+        },
+    )
+    return dec.Decision(records, (note,), (), dec.Refusal(403, error, why))

@@ -1,0 +1,70 @@
+"""The records the head shares with the watch controller, behind one lock.
+
+The head's handlers run in their own threads and change the same records the nets and the
+executor do. Both sides go through a `RecordsHost`: one re-entrant lock, the current records, and
+`mutate` to change and save them. The watch controller is one (its `lock`, `records()` and
+`mutate`); `SharedRecords` is the standalone one, for a head run without a controller and for
+tests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from reconciler.clock import Clock
+from reconciler.model.records import Records
+from reconciler.state.ledger import LedgerKind
+
+
+class RecordsHost(Protocol):
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    def records(self) -> Records: ...
+
+    def mutate(self, change: Callable[[Records, float], Records]) -> Records: ...
+
+
+class SharedRecords:
+    """Records in memory, saved through `save` (e.g. `Journal.save`) on every change."""
+
+    def __init__(self, records: Records, *, save: Callable[[Records], None], clock: Clock) -> None:
+        self._records = records
+        self._save = save
+        self._clock = clock
+        self._lock = threading.RLock()
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def records(self) -> Records:
+        with self._lock:
+            return self._records
+
+    def mutate(self, change: Callable[[Records, float], Records]) -> Records:
+        with self._lock:
+            updated = change(self._records, self._clock.now())
+            if updated is not self._records:
+                self._save(updated)
+                self._records = updated
+            return updated
+
+
+class LedgerSink(Protocol):
+    """Where the head's notes go (`reconciler.applying.journal.Journal` is one)."""
+
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None: ...

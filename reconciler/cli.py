@@ -25,8 +25,14 @@ from reconciler.model.codec import encode
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
 from reconciler.state.errors import StateError
+from reconciler.state.ledger import LedgerQuery, ledger_path, read_ledger
 from reconciler.vast.errors import VastError
 from reconciler.views import diagnostics as diag_view
+from reconciler.views import ledger as ledger_view
+from reconciler.watch import logs as watch_logs
+from reconciler.watch import runner as watch_runner
+from reconciler.watch.runner import WatchOptions
+from reconciler.watch.source import GitError, GitSync, SpecSource
 
 app = typer.Typer(
     name="ray-vast",
@@ -146,7 +152,13 @@ def _reported() -> Iterator[None]:
     """Known failures become one clear message and exit status 1; never a traceback."""
     try:
         yield
-    except (operations.OperationError, StateError, VastError, planfile.PlanFileError) as exc:
+    except (
+        operations.OperationError,
+        StateError,
+        VastError,
+        planfile.PlanFileError,
+        GitError,
+    ) as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
     except ValueError as exc:
@@ -301,6 +313,87 @@ def status(
     with _reported():
         code = operations.status(deps, specs, as_json=as_json)
     raise typer.Exit(code)
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast watch clusters/\n\n"
+        "  ray-vast watch --git https://git.example.org/ops/clusters.git --branch main\n\n"
+        "  ray-vast watch clusters/ --log-format json --once"
+    )
+)
+def watch(
+    spec_dir: SpecDir = Path("."),
+    git: Annotated[
+        str | None,
+        typer.Option("--git", help="A Git remote holding the specs; pulled every interval."),
+    ] = None,
+    branch: Annotated[
+        str, typer.Option("--branch", help="The branch of --git to follow.")
+    ] = "main",
+    git_interval: Annotated[
+        float, typer.Option("--git-interval", help="Seconds between pulls of --git.", min=5)
+    ] = 60.0,
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="text or json (one object a line).")
+    ] = "text",
+    once: Annotated[bool, typer.Option("--once", help="Run one tick and exit.")] = False,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """The controller: reconcile on every tick and on every spec change, run the watchdogs.
+
+    With --git, SPEC_DIR is where the repository is checked out (and pulled); the revision acted
+    on is logged. SIGTERM or Ctrl-C finishes the tick, saves and exits.
+    """
+    if log_format not in ("text", "json"):
+        typer.echo("Error: --log-format is text or json", err=True)
+        raise typer.Exit(1)
+    deps = _deps(state_dir, lock_timeout)
+    logger = watch_logs.configure(log_format, sys.stderr, deps.secrets())
+    sync = GitSync(git, branch, spec_dir.resolve(), git_interval, deps.clock) if git else None
+    options = WatchOptions(source=SpecSource(spec_dir, git=sync), once=once)
+    with _reported():
+        if sync is not None:
+            sync.sync()
+        code = watch_runner.watch(deps, options, logger)
+    raise typer.Exit(code)
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast ledger --cluster local-sim --since 1h\n\n"
+        "  ray-vast ledger --class went_silent --json\n\n"
+        "  ray-vast ledger --instance 20000001"
+    )
+)
+def ledger(
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Only this cluster.")] = None,
+    cls: Annotated[
+        str | None, typer.Option("--class", help="Only this class (e.g. went_silent).")
+    ] = None,
+    instance: Annotated[
+        int | None, typer.Option("--instance", help="Only this vast instance id.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="30m, 2h, 1d, an ISO time or epoch seconds.")
+    ] = None,
+    as_json: JsonFlag = False,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Every detection, decision, provider call and outcome, oldest first."""
+    deps = _deps(state_dir)
+    with _reported():
+        start = ledger_view.parse_since(since, deps.clock.now()) if since else None
+        query = LedgerQuery(cluster=cluster, class_=cls, instance=instance, since=start)
+        entries = list(read_ledger(ledger_path(deps.state_dir), query))
+    if as_json:
+        for entry in entries:
+            typer.echo(json.dumps(entry.to_json()))
+        return
+    typer.echo(ledger_view.human(entries), nl=False)
 
 
 state_app = typer.Typer(help="Inspect the state file and its lock.", no_args_is_help=True)

@@ -1,4 +1,4 @@
-"""A served vastsim and a way to run the real `ray-vast` command against it."""
+"""A served vastsim and a way to run the real `ray-vast` command against it (fixture `world`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from vastsim import Market, RealClock, Server, Sim, serve
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SIM = ROOT / "examples" / "clusters" / "local-sim.yaml"
 API_KEY = "e2e-account-key-5f0c2b"
 

@@ -22,7 +22,7 @@ from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.model.observation import NodeKey
 from reconciler.model.plan import Plan
-from reconciler.model.records import InstanceRecord, Records
+from reconciler.model.records import ClusterRecord, InstanceRecord, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle, lost, never_reported, pools, went_silent
 from reconciler.nets.base import NetResult
@@ -95,15 +95,31 @@ class Controller:
     def __post_init__(self) -> None:
         self.set_specs(self.specs)
 
-    def set_specs(self, specs: Mapping[str, ClusterSpec]) -> None:
-        """New desired state (a spec file changed); schedules keep their clocks."""
+    def set_specs(self, specs: Mapping[str, ClusterSpec], *, revision: str | None = None) -> None:
+        """New desired state (a spec file changed): reconcile the changed clusters at the next
+        tick, not at the next cadence; schedules keep their other clocks."""
         with self.lock:
+            old = self.specs if self.schedules else {}
             self.specs = dict(specs)
             for name, spec in self.specs.items():
-                if name in self.schedules:
-                    self.schedules[name].retune(spec.cadences)
-                else:
+                if name not in self.schedules:
                     self.schedules[name] = Schedule.of(spec.cadences)
+                    continue
+                self.schedules[name].retune(spec.cadences)
+                if name not in old or old[name].digest != spec.digest:
+                    self.schedules[name].last.pop("reconcile", None)
+            for gone in set(self.schedules) - set(self.specs):
+                del self.schedules[gone]
+            self._record_revision(revision)
+
+    def _record_revision(self, revision: str | None) -> None:
+        """Which spec (digest, Git revision) each cluster is being reconciled against."""
+        records = self.journal.records()
+        clusters = {
+            name: ClusterRecord(name, spec.digest, revision) for name, spec in self.specs.items()
+        }
+        if dict(records.clusters) != clusters:
+            self.journal.save(replace(records, clusters=clusters))
 
     # --- shared state --------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import LOCAL_SIM, ROOT, World
+from tests.served import LOCAL_SIM, ROOT, World
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 POINTS = 8

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e.conftest import API_KEY, LOCAL_SIM, World
+from tests.served import API_KEY, LOCAL_SIM, World
 
 
 def test_plan_apply_status_down(world: World) -> None:

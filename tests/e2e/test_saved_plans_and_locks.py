@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.e2e.conftest import LOCAL_SIM, ROOT, World
+from tests.served import LOCAL_SIM, ROOT, World
 
 
 def test_saved_plan_is_applied_exactly(world: World) -> None:

@@ -1,0 +1,199 @@
+"""`ray-vast watch`: hold the state lock, serve, and tick until told to stop.
+
+SIGTERM or SIGINT sets the stop event; the tick in progress finishes and saves, the services stop,
+the lock is released. Spec changes (a file edited, a Git revision pulled) take effect on the next
+loop turn, at most a second away, without waiting for the reconcile cadence.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from reconciler.applying.journal import Journal
+from reconciler.applying.launch import ImageLauncher, Launcher
+from reconciler.applying.provider import Provider
+from reconciler.deps import Deps
+from reconciler.model.spec import ClusterSpec
+from reconciler.spec.loader import LoadResult
+from reconciler.views import diagnostics as diag_view
+from reconciler.watch.controller import Controller, Signals, TickReport
+from reconciler.watch.metrics import Gauges, MetricsServer
+from reconciler.watch.source import GitError, SpecSource
+
+# How long the loop sleeps at most between looks at the spec directory.
+POLL_SECONDS = 1.0
+
+
+class Service:
+    """Something watch runs beside the loop (the head's enrollment and heartbeat servers)."""
+
+    def close(self) -> None: ...
+
+
+# Builds the launcher and the services for a controller (the head, when workers run the agent).
+Extension = Callable[[Controller, Journal], tuple[Launcher, list[Service]]]
+
+
+@dataclass
+class WatchOptions:
+    source: SpecSource
+    once: bool = False
+    max_ticks: int | None = None
+    metrics: bool = True
+    signals: Signals | None = None
+    extension: Extension | None = None
+    on_tick: Callable[[TickReport], None] | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+def watch(deps: Deps, options: WatchOptions, logger: logging.Logger) -> int:
+    loaded = options.source.poll()
+    if loaded is None or not loaded.ok:
+        _report_invalid(deps, loaded)
+        return 1
+    specs = list(loaded.clusters)
+    provider = deps.provider(specs)
+    with deps.journal("watch") as journal, _stopping_on_signals(options.stop, logger):
+        controller = _controller(
+            deps, journal, provider, specs=specs, options=options, logger=logger
+        )
+        return _loop(deps, controller, options, logger)
+
+
+def _controller(
+    deps: Deps,
+    journal: Journal,
+    provider: Provider,
+    *,
+    specs: list[ClusterSpec],
+    options: WatchOptions,
+    logger: logging.Logger,
+) -> Controller:
+    controller = Controller(
+        specs={s.name: s for s in specs},
+        journal=journal,
+        provider=provider,
+        launcher=ImageLauncher(),
+        clock=deps.clock,
+        progress=logger.info,
+    )
+    if options.signals is not None:
+        controller.signals = options.signals
+    if options.source.revision:
+        controller.set_specs(controller.specs, revision=options.source.revision)
+        logger.info("specs at revision %s", options.source.revision)
+    return controller
+
+
+def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: logging.Logger) -> int:
+    services: list[Service] = []
+    if options.extension is not None:
+        controller.launcher, services = options.extension(controller, controller.journal)
+    gauges = Gauges()
+    metrics = _metrics(controller, gauges, logger) if options.metrics else None
+    ticks = 0
+    try:
+        while not options.stop.is_set():
+            _reload(options.source, controller, deps, logger)
+            started = time.monotonic()
+            report = controller.tick()
+            ticks += 1
+            _refresh(gauges, controller, time.monotonic() - started, ticks)
+            if options.on_tick:
+                options.on_tick(report)
+            if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
+                break
+            wait = min(s.next_due(deps.clock.now()) for s in controller.schedules.values())
+            _sleep(deps, options.stop, min(wait, POLL_SECONDS))
+    finally:
+        for service in services:
+            service.close()
+        if metrics is not None:
+            metrics.close()
+    logger.info("watch stopped after %d tick(s); state saved", ticks)
+    return 0
+
+
+def _sleep(deps: Deps, stop: threading.Event, seconds: float) -> None:
+    """Real waits use the stop event (a signal wakes it); a fake clock just advances."""
+    if hasattr(deps.clock, "advance"):
+        deps.clock.sleep(max(seconds, 0.0))
+    else:
+        stop.wait(max(seconds, 0.05))
+
+
+def _reload(source: SpecSource, controller: Controller, deps: Deps, logger: logging.Logger) -> None:
+    try:
+        loaded = source.poll()
+    except GitError as exc:
+        logger.warning("spec repository not refreshed: %s", exc)
+        return
+    if loaded is None:
+        return
+    if not loaded.ok:
+        logger.warning("specs changed but do not load; the previous specs stay in force")
+        _report_invalid(deps, loaded)
+        return
+    controller.set_specs({s.name: s for s in loaded.clusters}, revision=source.revision)
+    revision = f" at revision {source.revision}" if source.revision else ""
+    logger.info("specs reloaded%s: %s", revision, ", ".join(s.name for s in loaded.clusters))
+
+
+def _report_invalid(deps: Deps, loaded: LoadResult | None) -> None:
+    if loaded is None:
+        deps.err.write("Error: no specs to watch\n")
+        return
+    diag_view.write_human(loaded.diagnostics, deps.err)
+
+
+def _metrics(
+    controller: Controller, gauges: Gauges, logger: logging.Logger
+) -> MetricsServer | None:
+    spec = next(iter(controller.specs.values()))
+    try:
+        server = MetricsServer("127.0.0.1", spec.head.metrics_port, lambda: gauges).start()
+    except OSError as exc:
+        logger.warning("metrics endpoint not started on port %d: %s", spec.head.metrics_port, exc)
+        return None
+    logger.info("metrics at http://127.0.0.1:%d/metrics", server.port)
+    return server
+
+
+def _refresh(gauges: Gauges, controller: Controller, seconds: float, ticks: int) -> None:
+    gauges.records = controller.records()
+    gauges.detections_by_net = dict(controller.detections_by_net)
+    counters = getattr(controller.provider, "counters", None)
+    gauges.requests = dict(counters) if isinstance(counters, Mapping) else {}
+    gauges.tick_seconds = seconds
+    gauges.ticks = ticks
+
+
+@contextmanager
+def _stopping_on_signals(stop: threading.Event, logger: logging.Logger) -> Iterator[None]:
+    """SIGTERM/SIGINT: finish the tick, save, stop serving, exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        logger.info("signal %d: finishing the tick, then stopping", signum)
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def source_for(path: Path) -> SpecSource:
+    return SpecSource(path)

@@ -1,0 +1,5 @@
+"""Fixtures shared by every test folder."""
+
+from tests.served import world
+
+__all__ = ["world"]

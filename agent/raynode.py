@@ -1,0 +1,139 @@
+"""Ray on the worker: the `ray start` command from the enrollment answer, and its process group.
+
+`ray start --block` runs in a new session, so its whole process group (raylet, agents, workers)
+can be watched, and stopped by group, never with `ray stop` (which ends every Ray process on the
+machine). Its environment is the container's, minus the secrets Ray's user code has no business
+reading (the join token, the instance key), plus Ray's token auth (`RAY_AUTH_MODE=token` and the
+token in a 0600 file named by `RAY_AUTH_TOKEN_PATH`) and the answer's variables
+(`RAY_CLOUD_INSTANCE_ID`, how autoscaler v2 matches the node to its instance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+HIDDEN_FROM_RAY = ("CONTAINER_API_KEY", "RV_JOIN_TOKEN", "RV_CA_PEM")
+
+
+@dataclass(frozen=True)
+class RayPlan:
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(repr=False)
+
+
+def ray_plan(
+    command: Sequence[str],
+    ray: Mapping[str, Any],
+    *,
+    cpus: int,
+    gpus: int,
+    token_path: str,
+    base_env: Mapping[str, str],
+) -> RayPlan:
+    """The `ray start` of one worker (pure): everything from the enrollment answer's `ray`."""
+    labels = ",".join(f"{k}={v}" for k, v in sorted(ray["labels"].items()))
+    argv = [
+        *command,
+        "start",
+        "--block",
+        f"--address={ray['head_address']}",
+        f"--node-ip-address={ray['node_ip_address']}",
+        f"--node-manager-port={ray['node_manager_port']}",
+        f"--object-manager-port={ray['object_manager_port']}",
+        "--worker-port-list=" + ",".join(str(p) for p in ray["worker_ports"]),
+        f"--num-cpus={cpus}",
+        f"--num-gpus={gpus}",
+        "--resources=" + json.dumps(dict(ray["resources"]), sort_keys=True),
+        f"--labels={labels}",
+        "--disable-usage-stats",
+    ]
+    env = {k: v for k, v in base_env.items() if k not in HIDDEN_FROM_RAY}
+    env.update({str(k): str(v) for k, v in ray["env"].items()})
+    env["RAY_AUTH_MODE"] = str(ray.get("auth_mode", "token"))
+    env["RAY_AUTH_TOKEN_PATH"] = token_path
+    env.pop("RAY_AUTH_TOKEN", None)
+    return RayPlan(tuple(argv), env)
+
+
+def write_token(token: str) -> str:
+    """The Ray auth token in a fresh 0600 file in a private directory; returns its path."""
+    directory = tempfile.mkdtemp(prefix="rv-ray-")
+    path = os.path.join(directory, "auth_token")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token)
+    return path
+
+
+class RayProcess:
+    """`ray start --block` in its own process group."""
+
+    def __init__(self, plan: RayPlan) -> None:
+        self.plan = plan
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            list(plan.argv),
+            env=dict(plan.env),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def stop(self, grace: float) -> None:
+        """TERM the group, KILL it after `grace` seconds, reap the leader."""
+        _signal_group(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and group_alive(self.proc.pid):
+            self.proc.poll()
+            time.sleep(0.05)
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+
+
+def reap_orphans(keep: int | None) -> None:
+    """As PID 1 the agent inherits every orphaned process of the container: reap the dead ones
+    (zombies would count against the container's pid limit), leaving Ray's leader to its
+    `Popen`, which wants its exit code."""
+    while True:
+        try:
+            found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if found is None or found.si_pid == keep:
+            return
+        try:
+            os.waitpid(found.si_pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

@@ -21,6 +21,7 @@ from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.state.filestore import FileStore
 from reconciler.state.ledger import LedgerWriter, ledger_path
+from reconciler.state.snapshot import StateSnapshot
 from reconciler.state.store import StateStore
 from reconciler.vast.config import ClientSettings
 from reconciler.vast.factory import KEY_VARIABLE, client_from_settings
@@ -84,6 +85,18 @@ class Deps:
                 yield Journal(store, ledger, snapshot)
         finally:
             store.unlock()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[StateSnapshot]:
+        """The state for a read-only operation (`plan`): no lock when it exists, since writes are
+        atomic renames, so `plan` runs beside a `watch` that holds the lock; when there is no
+        state yet it is created (under the lock) to fix the lineage the labels carry."""
+        store = self.store()
+        snapshot = store.read()
+        if snapshot is None:
+            with self.journal("plan") as journal:
+                snapshot = journal.snapshot
+        yield snapshot
 
     def read_records(self) -> tuple[Records, str | None, int]:
         """The records as last saved, without the lock (for `status`)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from reconciler import __version__, planfile
 from reconciler.applying.executor import ApplyResult, Executor
-from reconciler.applying.journal import Journal
+from reconciler.applying.journal import Journal, records_of
 from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.observe import observe_and_plan
 from reconciler.applying.provider import Provider
@@ -56,8 +56,15 @@ def make_plan(
     detailed: bool,
 ) -> PlanOutcome:
     provider = deps.provider(list(specs))
-    with deps.journal("plan") as journal:
-        plan = _plan(deps, journal, provider, specs)
+    with deps.reading() as snapshot:
+        plan = observe_and_plan(
+            provider,
+            specs,
+            records_of(snapshot),
+            lineage=snapshot.lineage,
+            serial=snapshot.serial,
+            now=deps.clock.now(),
+        )
     if as_json:
         deps.out.write(json.dumps(plan_view.as_json(plan), indent=2) + "\n")
     else:

@@ -84,7 +84,8 @@ class HeadApp:
         self.ports = ports or PortPlan()
         # The watch controller may hold enrollment (503, the candidate retries) while it catches up.
         self.accepting_enrollments = True
-        self._handshake_noted: dict[str, float] = {}
+        self.handshake_note_interval = HANDSHAKE_NOTE_INTERVAL
+        self._handshake_noted: dict[tuple[str, str], float] = {}
         self._guard = threading.Lock()
 
     @property
@@ -199,13 +200,16 @@ class HeadApp:
 
     def refused_handshake(self, port: str, peer: str, error: str) -> None:
         """A peer the TLS layer refused (no certificate, another CA's): kept in the ledger, at
-        most once a minute per peer address."""
+        most once a minute per peer address and reason."""
         now = time.monotonic()
+        key = (peer, error)
         with self._guard:
-            last = self._handshake_noted.get(peer)
-            if last is not None and now - last < HANDSHAKE_NOTE_INTERVAL:
+            last = self._handshake_noted.get(key)
+            if last is not None and now - last < self.handshake_note_interval:
                 return
-            self._handshake_noted[peer] = now
+            if len(self._handshake_noted) > 10_000:
+                self._handshake_noted.clear()
+            self._handshake_noted[key] = now
         cls = "heartbeat_refused" if port == "heartbeat" else "tls_refused"
         with self.host.lock:
             self.ledger.log(

@@ -1,8 +1,9 @@
 """The launcher whose candidates run the ray-vast agent: what every rent is told to run.
 
 For each create the executor asks for, it mints a join token and builds the create request: the
-node type's image, the bootloader as PID 1 (`python3 -c <bootloader>`, vast's runtype `args`), the
-container ports Ray will use, and an environment of `RV_*` settings (`ENV_*` below). The token
+node type's image, the bootloader as PID 1 (`python3 -I -S -c <bootloader>`, vast's runtype
+`args`), the container ports Ray will use, and an environment of `RV_*` settings (`ENV_*` below,
+and `agent_env`, e.g. `RV_RAY_COMMAND`, which a node type's own env may not set). The token
 travels only in that environment; the records keep its hash, and they must hold it before the
 create call is made, so the executor asks `before_create(records, record)` for the records with the
 token in them, saves those, and only then calls vast.
@@ -14,6 +15,7 @@ secrets to keep out (`forbidden`) it refuses any create request that would carry
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 
 from reconciler.clock import Clock
 from reconciler.head import tokens
@@ -63,6 +65,7 @@ class AgentLauncher:
         ports: PortPlan | None = None,
         python: str = "python3",
         forbidden: tuple[str, ...] = (),
+        agent_env: Mapping[str, str] | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.ca_pem = ca_pem
@@ -72,6 +75,8 @@ class AgentLauncher:
         self.ports = ports or PortPlan()
         self.python = python
         self._forbidden = tuple(s for s in forbidden if s)
+        # Extra agent settings for every container, e.g. RV_RAY_COMMAND (the `ray` to run).
+        self.agent_env = dict(agent_env or {})
         self._pending: dict[str, JoinToken] = {}
 
     def create_request(
@@ -100,9 +105,14 @@ class AgentLauncher:
             image=node_type.image,
             disk_gb=node_type.disk_gb,
             label=record.label,
-            env={**node_type.env, **self.environment(spec, node_type, record, token)},
+            env={
+                **node_type.env,
+                **self.agent_env,
+                **self.environment(spec, node_type, record, token),
+            },
             ports=self.ports.container_ports,
-            args=(self.python, "-c", self.agent.bootloader),
+            # isolated (-I) and without site-packages (-S): the agent needs the stdlib alone
+            args=(self.python, "-I", "-S", "-c", self.agent.bootloader),
             bid_price=bid,
         )
         self._check(request)

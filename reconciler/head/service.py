@@ -18,6 +18,7 @@ import logging
 import socket
 import ssl
 import threading
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, ClassVar
@@ -240,6 +241,7 @@ class HeadService:
         clock: Clock,
         python: str = "python3",
         forbidden: tuple[str, ...] = (),
+        agent_env: Mapping[str, str] | None = None,
     ) -> AgentLauncher:
         """The launcher whose candidates enroll here."""
         return AgentLauncher(
@@ -251,6 +253,7 @@ class HeadService:
             ports=self.app.ports,
             python=python,
             forbidden=forbidden,
+            agent_env=agent_env,
         )
 
     def start(self) -> None:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sys
@@ -25,7 +26,10 @@ USAGE = __doc__ or ""
 
 
 def log(message: str) -> None:
-    time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    """A line of the container's log (vast keeps it only while the instance exists)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    sys.stdout.write(f"[rv-agent {stamp}] {message}\n")
+    sys.stdout.flush()
 
 
 def run(boot: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> NoReturn:
@@ -87,11 +91,14 @@ def self_check(env: Mapping[str, str]) -> dict[str, Any]:
 
 def cli(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE.strip() + "\n")
         return 0
     if argv[0] == "--self-check":
+        sys.stdout.write(json.dumps(self_check(os.environ), indent=2, sort_keys=True) + "\n")
         return 0
     if argv[0] == "run":
         run()
+    sys.stderr.write(f"unknown command {argv[0]!r}\n\n{USAGE.strip()}\n")
     return 2
 
 

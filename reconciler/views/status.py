@@ -57,6 +57,16 @@ def build(
         "lineage": lineage,
         "serial": serial,
         "listing_error": error,
+        "alerts": [
+            {
+                "at": a.at,
+                "cluster": a.cluster,
+                "class": a.cls,
+                "record": a.record,
+                "message": a.message,
+            }
+            for a in records.alerts
+        ],
         "clusters": clusters,
         "dollars_per_hour": round(sum(c["dollars_per_hour"] for c in clusters), 4),
     }
@@ -93,7 +103,10 @@ def _foreign(instance: Instance) -> dict[str, Any]:
 
 
 def human(view: dict[str, Any]) -> str:
-    lines = []
+    lines = [
+        f"ALERT {a['cluster']} {a['class']} {a['record'] or ''}: {a['message']}"
+        for a in view["alerts"]
+    ]
     if view["listing_error"]:
         lines.append(f"Warning: vast's listing is unknown ({view['listing_error']})")
     for cluster in view["clusters"]:

@@ -1,0 +1,111 @@
+"""What the controller learns from the cluster's Ray head: demand, busy nodes, live nodes.
+
+Read from the GCS only (no driver, no local raylet): `GcsClient.get_all_node_info` for which
+nodes are alive (our control-plane probe of each worker), and the autoscaler's cluster resource
+state for pending demand and which nodes are idle. Each Ray node carries the `rv_record` label the
+enrollment answer gave it, which ties it to its record.
+
+Demand is mapped to node types simply: a pending bundle asking for a custom resource goes to the
+node type that declares it; any other bundle goes to the cluster's first node type. Constructing a
+GCS client against a dead GCS blocks for ~40 s, so a TCP connect comes first and the client is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler.model.observation import NodeKey
+from reconciler.model.records import Records
+from reconciler.model.spec import ClusterSpec
+
+log = logging.getLogger("ray_vast")
+
+ALIVE = 0  # GcsNodeInfo.GcsNodeState.ALIVE
+IDLE = 3  # autoscaler NodeStatus.IDLE
+
+
+class RaySignals:
+    """Signals from one Ray head; anything unreadable reads as "no sample", never as "idle"."""
+
+    def __init__(self, address: str, cluster: str) -> None:
+        self.address = address
+        self.cluster = cluster
+        self._client: Any = None
+
+    def _gcs(self) -> Any:
+        if self._client is None:
+            host, _, port = self.address.rpartition(":")
+            with socket.create_connection((host, int(port)), timeout=2):
+                pass
+            from ray._raylet import GcsClient  # noqa: PLC0415 - Ray is heavy; load it only here
+
+            self._client = GcsClient(address=self.address)
+        return self._client
+
+    def _state(self) -> Any:
+        from ray.autoscaler.v2.sdk import get_cluster_resource_state  # noqa: PLC0415
+
+        return get_cluster_resource_state(self._gcs())
+
+    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]:
+        spec = specs.get(self.cluster)
+        if spec is None:
+            return {}
+        try:
+            state = self._state()
+        except Exception as exc:  # noqa: BLE001 - any Ray failure means "no demand known"
+            log.warning("Ray demand not read: %s", exc)
+            return {}
+        counts: dict[NodeKey, int] = {}
+        for request in state.pending_resource_requests:
+            key = (spec.name, _node_type_for(spec, dict(request.request.resources_bundle)))
+            counts[key] = counts.get(key, 0) + int(request.count)
+        for gang in state.pending_gang_resource_requests:
+            for bundle in gang.requests:
+                key = (spec.name, _node_type_for(spec, dict(bundle.resources_bundle)))
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
+        try:
+            state = self._state()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("Ray node usage not read: %s", exc)
+            return {}
+        by_node = {bytes(n.node_id).hex(): n for n in state.node_states}
+        out: dict[str, bool | None] = {}
+        for node_id, record_id in self._records_by_node().items():
+            node = by_node.get(node_id)
+            if node is not None:
+                out[record_id] = node.status != IDLE
+        return out
+
+    def probes(self, records: Records) -> Mapping[str, bool]:
+        try:
+            nodes = self._gcs().get_all_node_info(timeout=5)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("Ray nodes not read: %s", exc)
+            return {}
+        return {
+            n.labels["rv_record"]: n.state == ALIVE
+            for n in nodes.values()
+            if "rv_record" in n.labels and n.state == ALIVE
+        }
+
+    def _records_by_node(self) -> dict[str, str]:
+        nodes = self._gcs().get_all_node_info(timeout=5)
+        return {
+            nid.hex(): n.labels["rv_record"]
+            for nid, n in nodes.items()
+            if "rv_record" in n.labels and n.state == ALIVE
+        }
+
+
+def _node_type_for(spec: ClusterSpec, bundle: Mapping[str, float]) -> str:
+    for name, node_type in spec.node_types.items():
+        if any(key in bundle for key in node_type.ray_resources):
+            return name
+    return next(iter(spec.node_types))

@@ -31,7 +31,7 @@ from reconciler.head import decisions
 from reconciler.model.records import Phase, RequestStatus, Role
 from reconciler.state.ledger import LedgerEntry
 
-from ..head.harness import HeadWorld, Rented, wait_for
+from ..head.harness import KEY, HeadWorld, Rented, wait_for
 from .conftest import WorldFactory
 
 BOOT = 20.0  # seconds for a container to boot, fetch the agent and enroll (it takes about 1)
@@ -92,6 +92,7 @@ def ended(world: HeadWorld, rented: Rented, reason: str, timeout: float = 20.0) 
     assert deletes[0].identity == "instance"  # its own key, not the account's
     wait_for(lambda: world.sim.runner.pids(rented.vast_id) == [], 10, "no process left")  # type: ignore[attr-defined]
     assert world.ledger("bad_agent_message") == []
+    assert KEY not in container_log(world, rented)  # the account key never reached the worker
     return report
 
 

@@ -40,7 +40,7 @@ class RaySignals:
             host, _, port = self.address.rpartition(":")
             with socket.create_connection((host, int(port)), timeout=2):
                 pass
-            from ray._raylet import GcsClient  # noqa: PLC0415 - Ray is heavy; load it only here
+            from ray._raylet import GcsClient  # type: ignore[attr-defined]  # noqa: PLC0415
 
             self._client = GcsClient(address=self.address)
         return self._client
@@ -56,7 +56,7 @@ class RaySignals:
             return {}
         try:
             state = self._state()
-        except Exception as exc:  # noqa: BLE001 - any Ray failure means "no demand known"
+        except Exception as exc:
             log.warning("Ray demand not read: %s", exc)
             return {}
         counts: dict[NodeKey, int] = {}
@@ -72,7 +72,7 @@ class RaySignals:
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         try:
             state = self._state()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("Ray node usage not read: %s", exc)
             return {}
         by_node = {bytes(n.node_id).hex(): n for n in state.node_states}
@@ -86,7 +86,7 @@ class RaySignals:
     def probes(self, records: Records) -> Mapping[str, bool]:
         try:
             nodes = self._gcs().get_all_node_info(timeout=5)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("Ray nodes not read: %s", exc)
             return {}
         return {

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures (issue 9); each module runs alone: `python bench/<name>.py`."""

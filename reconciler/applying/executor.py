@@ -202,6 +202,8 @@ class Executor:
         node_type = spec.node_types[record.node_type]
         bid = _bid(node_type.offer.type, node_type.offer.max_bid_dollars_per_hour, choice)
         request = self.launcher.create_request(spec, node_type, record, bid=bid)
+        self.records = self.launcher.before_create(self.records, record)
+        self._save()
         self._log(
             action, LedgerKind.CALL, f"create from offer {choice.offer_id}", dph=choice.dph_total
         )

@@ -31,6 +31,8 @@ class Journal:
     store: StateStore
     ledger: LedgerWriter
     snapshot: StateSnapshot
+    # The typed records of `snapshot`, decoded once per version rather than on every read.
+    _decoded: tuple[int, Records] | None = None
 
     @property
     def lineage(self) -> str:
@@ -41,10 +43,17 @@ class Journal:
         return self.snapshot.serial
 
     def records(self) -> Records:
-        return records_of(self.snapshot)
+        key = id(self.snapshot)
+        if self._decoded is None or self._decoded[0] != key:
+            self._decoded = (key, records_of(self.snapshot))
+        return self._decoded[1]
 
     def save(self, records: Records) -> None:
+        """Write `records` as the next state version; nothing is written when nothing changed."""
+        if records == self.records():
+            return
         self.snapshot = self.store.write(encode(records), based_on=self.snapshot)
+        self._decoded = (id(self.snapshot), records)
 
     def log(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from reconciler.model.observed import CreatedInstance, CreateRequest
-from reconciler.model.records import InstanceRecord
+from reconciler.model.records import InstanceRecord, Records
 from reconciler.model.spec import ClusterSpec, NodeType
 
 
@@ -18,6 +18,11 @@ class Launcher(Protocol):
     def create_request(
         self, spec: ClusterSpec, node_type: NodeType, record: InstanceRecord, *, bid: float | None
     ) -> CreateRequest: ...
+
+    def before_create(self, records: Records, record: InstanceRecord) -> Records:
+        """The records to save before the create call: with what the request prepared (the join
+        token's hash), so a candidate can never present something the head has not recorded."""
+        ...
 
     def created(self, record: InstanceRecord, created: CreatedInstance) -> None:
         """The instance exists: bind whatever was prepared for it (a join token) to its id."""
@@ -37,6 +42,9 @@ class ImageLauncher:
             env=dict(node_type.env),
             bid_price=bid,
         )
+
+    def before_create(self, records: Records, record: InstanceRecord) -> Records:
+        return records
 
     def created(self, record: InstanceRecord, created: CreatedInstance) -> None:
         return None

@@ -203,7 +203,7 @@ class Watchdog:
             raise Ending("bootstrap_error", f"cannot start Ray ({plan.argv[0]}): {exc}") from exc
 
     def serve(self) -> NoReturn:
-        s, ray = self.settings, self.ray
+        ray = self.ray
         if ray is None:
             raise Ending("bootstrap_error", "Ray was not started")
         cert = self.answer["certificate"]
@@ -229,10 +229,11 @@ class Watchdog:
                 beat = self.heartbeat(seq, ray, worker_ports, node_manager)
                 if self.send_heartbeat(url, beat, context):
                     last_ok = time.monotonic()
-                next_beat = now + s.heartbeat_interval
+                next_beat = now + self.settings.heartbeat_interval
             silent = time.monotonic() - last_ok
-            if silent >= s.worker_gives_up_after:
-                limit = f"limit {s.worker_gives_up_after:g}s"
+            gives_up = self.settings.worker_gives_up_after
+            if silent >= gives_up:
+                limit = f"limit {gives_up:g}s"
                 raise Ending(
                     "no_heartbeat_success", f"no heartbeat success for {silent:.0f}s ({limit})"
                 )
@@ -255,7 +256,21 @@ class Watchdog:
         if reply.status != 200:
             self.log(f"heartbeat {beat['seq']} not taken: {reply.describe()}")
             return False
+        self.retune(reply.doc)
         return True
+
+    def retune(self, answer: Any) -> None:
+        """The head may change the heartbeat thresholds without a new container."""
+        if not isinstance(answer, dict):
+            return
+        s = self.settings
+        self.settings = dataclasses.replace(
+            s,
+            heartbeat_interval=_positive(answer.get("heartbeat_interval_seconds"))
+            or s.heartbeat_interval,
+            worker_gives_up_after=_positive(answer.get("worker_gives_up_after_seconds"))
+            or s.worker_gives_up_after,
+        )
 
     def heartbeat(
         self, seq: int, ray: raynode.RayProcess, worker_ports: list[int], node_manager: int
@@ -286,6 +301,12 @@ class Watchdog:
             },
             "utilisation": self.sampler.utilisation(),
         }
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 def group_size(pgid: int) -> int:

@@ -192,6 +192,12 @@ class ClusterPki:
         return self.ca.cert_pem.decode()
 
     @property
+    def ray_auth_token_path(self) -> Path:
+        """The Ray head's token file (`RAY_AUTH_TOKEN_PATH` of the head's `ray start`): the token
+        every worker is given at enrollment."""
+        return self.directory / RAY_TOKEN_FILE
+
+    @property
     def server_cert_path(self) -> Path:
         return self.directory / "server.pem"
 

@@ -364,6 +364,7 @@ def head_world(
     agent_env: Mapping[str, str] | None = None,
     python: str = "python3",
     records: Records | None = None,
+    lineage: str = LINEAGE,
 ) -> Iterator[HeadWorld]:
     spec = spec or cluster_spec()
     sim = Sim(
@@ -394,7 +395,7 @@ def head_world(
             host=shared,
             ledger=LedgerOnly(writer),
             provider=client,
-            lineage=LINEAGE,
+            lineage=lineage,
             clock=clock,
             bind_host="127.0.0.1",
             enroll_port=0,

@@ -459,19 +459,18 @@ def profile(instances: int, clusters: int, top: int = 15) -> str:
     return out.getvalue()
 
 
-def main(argv: Sequence[str] | None = None) -> str:
-    """Run the benchmark, print its table and return it (the smoke test reads it)."""
+def main(argv: Sequence[str] | None = None) -> list[Row]:
+    """Run the benchmark, print its table and return its rows (the smoke test reads them)."""
     args = _parser().parse_args(argv)
     sizes = QUICK_SIZES if args.quick else SIZES
     clusters = QUICK_CLUSTERS if args.quick else args.clusters
     repeat = 1 if args.quick else args.repeat
     rows = [measure(n, clusters, repeat=repeat, budget=args.budget) for n in sizes]
-    text = table(rows)
     print("planner: wall time of one plan() call (median of `runs`, time.perf_counter)")
-    print(text)
+    print(table(rows))
     if args.profile:
         print(profile(sizes[-1], clusters))
-    return text
+    return rows
 
 
 def _parser() -> argparse.ArgumentParser:

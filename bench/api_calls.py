@@ -47,6 +47,7 @@ from reconciler.applying.journal import Journal
 from reconciler.applying.launch import ImageLauncher
 from reconciler.applying.search import offer_search
 from reconciler.head import enrollment, heartbeats, tokens
+from reconciler.head.decisions import Destroy, Refusal
 from reconciler.head.messages import EnrollRequest, Heartbeat, RaySample
 from reconciler.head.pki import WorkerIdentity
 from reconciler.model.codec import encode
@@ -116,7 +117,8 @@ class SimClock:
 
 def market(instances: int, seed: int = SEED) -> Market:
     """A generated market with enough single-GPU machines that N candidates of one request (at
-    most one per machine) always find offers; about 40% of generated machines fail our filters."""
+    most one per machine) always find offers; about half of the generated machines fail our
+    filters (unverified, too few direct ports, unreliable)."""
     machines = generate_machines(seed, instances * 3 + 60)
     return Market([dataclasses.replace(m, num_gpus=1) for m in machines], images=STANDARD_IMAGES)
 
@@ -189,20 +191,18 @@ class Agents:
             decision = enrollment.enroll(
                 records, request, cluster=CLUSTER, lineage=lineage, now=now, serial=self.serial
             )
-            if decision.destroys:
-                raise RuntimeError("candidate_factor 1 never leaves extra candidates to destroy")
+            _accepted(decision.refusal, decision.destroys, f"enrollment of {record.id}")
             records = decision.records
         return records
 
     def _beat(self, records: Records, now: float, running: Mapping[int, str]) -> Records:
         lineage = self.controller.journal.lineage
         for record in list(records.instances.values()):
-            if record.role is not Role.WORKER or not record.live or record.vast_id not in running:
+            vast_id = record.vast_id
+            if vast_id is None or vast_id not in running or not _working(record):
                 continue
             self.seq += 1
-            identity = WorkerIdentity(
-                CLUSTER, record.id, record.vast_id, record.slot_id or "", serial=1
-            )
+            identity = WorkerIdentity(CLUSTER, record.id, vast_id, record.slot_id or "", serial=1)
             decision = heartbeats.heartbeat(
                 records,
                 identity,
@@ -211,8 +211,18 @@ class Agents:
                 lineage=lineage,
                 now=now,
             )
+            _accepted(decision.refusal, decision.destroys, f"heartbeat of {record.id}")
             records = decision.records
         return records
+
+
+def _accepted(refusal: Refusal | None, destroys: Sequence[Destroy], what: str) -> None:
+    """A healthy fleet is never refused and never loses a machine to the head; if it did, the
+    counts below would be of a broken cluster, so the benchmark stops and says why."""
+    if refusal is not None:
+        raise RuntimeError(f"the head refused the {what}: {refusal.error}: {refusal.message}")
+    if destroys:
+        raise RuntimeError(f"the {what} ended {len(destroys)} machine(s)")
 
 
 def _waiting(record: InstanceRecord, running: Mapping[int, str]) -> bool:
@@ -223,6 +233,11 @@ def _waiting(record: InstanceRecord, running: Mapping[int, str]) -> bool:
         and record.intent is Intent.RUNNING
         and record.vast_id in running
     )
+
+
+def _working(record: InstanceRecord) -> bool:
+    """A live worker: its agent heartbeats."""
+    return record.role is Role.WORKER and record.live and record.intent is Intent.RUNNING
 
 
 def _busy_beat(record: InstanceRecord, seq: int, now: float) -> Heartbeat:

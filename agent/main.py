@@ -40,7 +40,8 @@ def run(boot: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = N
         started=float(given.get("started", time.monotonic())),
         boot_id=str(given.get("boot_id") or secrets.token_hex(8)),
     )
-    log(f"agent from {__file__} (boot {this_boot.boot_id}, pid {os.getpid()})")
+    python = sys.version.split()[0]
+    log(f"agent from {__file__} on Python {python} (boot {this_boot.boot_id}, pid {os.getpid()})")
     try:
         settings = Settings.from_env(env)
     except ConfigError as exc:

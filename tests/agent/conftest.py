@@ -31,8 +31,9 @@ def agent_world(tmp_path: Path) -> Iterator[WorldFactory]:
             )
             agent_env = {"RV_RAY_COMMAND": f"{sys.executable} {FAKE_RAY}"}
             agent_env.update(kw.pop("agent_env", {}))  # type: ignore[arg-type]
+            kw.setdefault("python", sys.executable)
             context: AbstractContextManager[HeadWorld] = head_world(
-                tmp_path, runner=runner, agent_env=agent_env, python=sys.executable, **kw
+                tmp_path, runner=runner, agent_env=agent_env, **kw
             )
             return stack.enter_context(context)
 

@@ -33,6 +33,7 @@ from reconciler.state.ledger import LedgerEntry
 
 from ..head.harness import KEY, HeadWorld, Rented, wait_for
 from .conftest import WorldFactory
+from .test_stdlib_only import interpreters
 
 BOOT = 20.0  # seconds for a container to boot, fetch the agent and enroll (it takes about 1)
 
@@ -225,3 +226,13 @@ def test_a_container_restart(agent_world: WorldFactory):
     [refusal] = world.ledger("second_enrollment")
     assert refusal.instance == rented.vast_id and refusal.time < report.time
     assert refusal.data["boot_id"] == report.data["boot_id"]
+
+
+@pytest.mark.parametrize("python", interpreters()[:1] or [pytest.param("", marks=pytest.mark.skip)])
+def test_the_oldest_python_ray_supports_runs_the_whole_life(agent_world: WorldFactory, python):
+    world = agent_world(python=python)
+    rented = serving(world)
+    version = python.rsplit("python", 1)[-1]
+    assert f"on Python {version}." in container_log(world, rented)
+    assert world.sim.signal_from_inside(rented.vast_id, signal.SIGTERM) is True
+    ended(world, rented, "signal")

@@ -7,6 +7,7 @@ repository and from the very zip the head serves, and lists every module the age
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,35 @@ def test_the_agent_imports_and_runs_with_the_standard_library_alone(source, tmp_
     assert checked.returncode == 0, checked.stderr
     report = json.loads(checked.stdout)
     assert report["cpus"] >= 1 and report["settings"].startswith("incomplete")
+
+
+def interpreters() -> list[str]:
+    """Other Pythons on this machine that Ray 2.60 supports (the user's image may have any)."""
+    found = []
+    for version in ("3.9", "3.10", "3.12", "3.13"):
+        pyenv = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+        for path in [*map(str, pyenv), shutil.which(f"python{version}")]:
+            if path and _runs(path):
+                found.append(path)
+                break
+    return found
+
+
+def _runs(python: str) -> bool:
+    return subprocess.run([python, "-c", ""], capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("python", interpreters() or [pytest.param("", marks=pytest.mark.skip)])
+def test_the_agent_runs_on_every_python_ray_supports(python: str):
+    code = (
+        "import importlib, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        f"for name in {MODULES!r}: importlib.import_module('agent.' + name)\n"
+        "from agent import main\n"
+        "sys.exit(main.cli(['--self-check']))\n"
+    )
+    checked = subprocess.run(
+        [python, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["cpus"] >= 1

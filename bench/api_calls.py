@@ -17,8 +17,11 @@ Everything on the path is the real code, in one process, on virtual time:
 - the real vast client (`client_from_settings`) over `InProcessTransport(sim)`, pacing off;
 - the real `Controller` with a `Journal` over a `MemoryStore` and a `LedgerWriter` on a temp file,
   the `ImageLauncher`, and a clock whose `sleep` advances the simulator;
-- one cluster with `min_workers = max_workers = N` and `candidate_factor: 1`, which the controller
-  rents itself, tick after tick, from an empty state.
+- one cluster with `min_workers = max_workers = N` and `candidate_factor: 1`. Up to N = 100
+  (`--rent-up-to`) the controller rents it itself, tick after tick, from an empty state. Larger
+  fleets are seeded (`seed`: the same creates and the records the executor would write), because
+  the executor saves the whole state before and after every create, which makes renting 1,000
+  machines one by one take many minutes; the table's `start` column says which was used.
 
 Nothing in a vastsim container runs the agent, so this benchmark plays the agents' part: once a
 candidate's container runs, it enrolls, and every worker heartbeats with a busy sample. Both go

@@ -28,9 +28,10 @@ def sweep(
     actions: list[Action] = []
     foreign: list[Foreign] = []
     by_vast_id = {r.vast_id: r for r in records.values() if r.vast_id is not None}
+    clusters = _clusters(specs, records)
     for instance in listing:
         info = parse_label(instance.label)
-        if info is None or info.cluster not in _clusters(specs, records):
+        if info is None or info.cluster not in clusters:
             continue
         if info.lineage8 != lineage[:8]:
             foreign.append(_foreign(info.cluster, instance))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from reconciler.model.observed import Instance
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role
 
 # vast's statuses before the container runs; `None` is "being provisioned".
 BOOTING_STATUSES = frozenset({None, "created", "loading", "scheduling", "rebooting"})
@@ -34,7 +34,24 @@ def refresh(
             current = _adopt(current, by_label.get(current.label), notes)
         seen = by_id.get(current.vast_id) if current.vast_id is not None else None
         updated[current.id] = observe(current, seen, now) if seen else current
-    return replace(records, instances=updated), notes
+    requests = dict(records.requests)
+    for record in list(updated.values()):
+        if record.role is Role.WORKER and record.slot_id is None and record.request_id in requests:
+            updated[record.id], requests[record.request_id] = _fill_slot(
+                record, requests[record.request_id]
+            )
+    return replace(records, instances=updated, requests=requests), notes
+
+
+def _fill_slot(record: InstanceRecord, request: Request) -> tuple[InstanceRecord, Request]:
+    """A worker of an exempt class (no agent, so no enrollment) takes its request's first open
+    slot, as an enrolling candidate would; without it the planner would rent for the slot again."""
+    free = request.open_slots
+    if not free:
+        return record, request
+    slot = free[0]
+    slots = tuple(replace(s, worker=record.id) if s.id == slot.id else s for s in request.slots)
+    return replace(record, slot_id=slot.id), replace(request, slots=slots)
 
 
 def _adopt(record: InstanceRecord, seen: Instance | None, notes: list[str]) -> InstanceRecord:

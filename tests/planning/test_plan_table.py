@@ -489,3 +489,17 @@ def test_every_action_has_reason_and_cost() -> None:
     assert sum(a.dph_delta for a in result.actions) == pytest.approx(
         result.costs[0].after - result.costs[0].before
     )
+
+
+def test_an_exempt_worker_fills_its_slot_and_nothing_more_is_rented() -> None:
+    """A node type without an agent never enrolls: running is what makes it a worker, and it
+    must take its request's slot, or the planner would rent for that slot again and again."""
+    exempt = spec(min_workers=1, factor=2, extra="")
+    cand = record("i1", vast_id=11, exempt=True, phase=Phase.PULLING)
+    other = record("i2", vast_id=12, exempt=True, phase=Phase.PULLING)
+    state = records(cand, other, request())
+    result = run(Case([exempt], state, [row(cand), row(other, actual_status="loading")], CHEAP))
+    worker = result.records.instances["i1"]
+    assert worker.role is Role.WORKER and worker.slot_id == "q1s1"
+    assert result.records.requests["q1"].slots[0].worker == "i1"
+    assert acts(result) == [("destroy", "extra_candidate", "i2")]

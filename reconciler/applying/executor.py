@@ -67,6 +67,7 @@ class Executor:
         """Save the plan's bookkeeping, then carry out its actions in order."""
         self.records = plan.records
         self._save()
+        self._log_detections(plan)
         for action in plan.actions:
             if action.kind in (ActionKind.BLOCKLIST, ActionKind.PAUSE):
                 self._log_decision(action)
@@ -298,6 +299,23 @@ class Executor:
         return selection.chosen[0] if selection.chosen else None
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _log_detections(self, plan: Plan) -> None:
+        for found in plan.detections:
+            record = self.records.instances.get(found.record)
+            request = self.records.requests.get(found.record)
+            owner = record.cluster if record else request.cluster if request else None
+            cluster = found.cluster or owner or "unknown"
+            self.journal.log(
+                cluster,
+                LedgerKind.DETECTION,
+                found.cls,
+                found.detail,
+                record=found.record,
+                instance=found.vast_id
+                if found.vast_id is not None
+                else (record.vast_id if record else None),
+            )
 
     def _find(self, record: InstanceRecord | None) -> int | None:
         if record is None:

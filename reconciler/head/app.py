@@ -247,6 +247,8 @@ class HeadApp:
                 self.host.mutate(lambda _records, _now: decision.records)
             for note in decision.notes:
                 self._note(note)
+                if note.kind is LedgerKind.DETECTION:
+                    log.info("cluster %s: %s", self.cluster, note.message)
         for destroy in decision.destroys:
             self.destroyer.submit(destroy)
         return decision

@@ -12,6 +12,19 @@ from enum import StrEnum
 
 from reconciler.model.records import Records
 
+
+@dataclass(frozen=True)
+class Detection:
+    """What a net or a listing check noticed about one machine (or request): a ledger class and
+    the facts behind it. The routing table turns it into actions."""
+
+    record: str
+    cls: str
+    detail: str
+    vast_id: int | None = None
+    cluster: str | None = None  # needed when there is no record to tell it (an orphan)
+
+
 FORMAT_VERSION = "1.0"
 
 
@@ -118,6 +131,8 @@ class Plan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     unmet: tuple[Unmet, ...] = ()
+    # What the checks behind the actions noticed; the ledger keeps each one before its actions.
+    detections: tuple[Detection, ...] = ()
     # The records after the plan's bookkeeping (refresh, requests placed, blocklist, breaker),
     # before any provider action; apply starts from these.
     records: Records = field(default_factory=Records)

@@ -95,6 +95,9 @@ class InstanceRecord:
     first_observed_at: float | None = None
     first_running_at: float | None = None
     provider_seen_at: float | None = None
+    # The last listing that showed it running: the provider's liveness channel for the lost net
+    # (an `offline` or `unknown` host is listed, but vast is not hearing from it either).
+    provider_ok_at: float | None = None
     probe_ok_at: float | None = None
     self_report_at: float | None = None
     enrolled_at: float | None = None

@@ -52,7 +52,8 @@ ROUTES: dict[str, Route] = {
     "late_candidate": Route((Outcome.NOTHING,)),
     "second_enrollment": Route(_REPLACE),
     # second seed: the five nets
-    "provision_deadline": Route(_REPLACE),
+    # a request's slots still empty at its deadline: its candidates' hosts stalled it
+    "provision_deadline": Route(_REPLACE_BLOCK, blocklist="timeout"),
     "never_reported": Route(_REPLACE_BLOCK, blocklist="boot"),
     "went_silent": Route(_REPLACE),
     "lost": Route((Outcome.NOTHING,), ends_machine=False),

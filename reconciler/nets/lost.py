@@ -1,8 +1,9 @@
 """Lost: all three liveness channels cold together (60 s cadence). Marks, never destroys.
 
-The provider's listing (showing it running), our control-plane probe, and the worker's own report.
-When all three are older than the threshold the machine is marked lost and no longer routed to; the
-fault may be in the path rather than the machine. A warm channel clears the mark.
+The provider's listing showing it running (`provider_ok_at`), our control-plane probe, and the
+worker's own report. When all three are older than the threshold the machine is marked lost and no
+longer routed to; the fault may be in the path rather than the machine. A warm channel clears the
+mark.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def run(records: Iterable[InstanceRecord], specs: Specs, *, lineage: str, now: f
         if spec is None or record.managed_by != lineage:
             continue
         limit = spec.watchdogs.lost_after_seconds
-        channels = (record.provider_seen_at, record.probe_ok_at, record.self_report_at)
+        channels = (record.provider_ok_at, record.probe_ok_at, record.self_report_at)
         cold = all(seen is None or now - seen > limit for seen in channels)
         if cold and not record.lost:
             result.updates[record.id] = replace(record, lost=True)

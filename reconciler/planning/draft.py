@@ -38,6 +38,7 @@ class Draft:
     notes: list[str] = field(default_factory=list)
     unmet: list[Unmet] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
+    detections: list[Detection] = field(default_factory=list)
     doomed: set[str] = field(default_factory=set)
 
     @classmethod

@@ -21,6 +21,7 @@ from reconciler.planning.draft import Draft
 def apply_detections(draft: Draft, detections: Iterable[Detection], spec: ClusterSpec) -> None:
     """Each detection through the routing table: destroy, stop, blocklist, alert, or a note."""
     for found in detections:
+        draft.detections.append(found)
         path = route(found.cls)
         if path.alerts:
             draft.alert(spec.name, found)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
-from reconciler.model.plan import Action, ActionKind, ClusterCost, Plan
+from reconciler.model.plan import Action, ActionKind, ClusterCost, Detection, Plan
 from reconciler.model.records import Intent, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits
@@ -80,6 +80,11 @@ def plan(
     sweep, foreign = orphans.sweep(listing, draft.instances, specs, lineage=lineage, now=now)
     for action in sweep if sweep_orphans else ():
         draft.add(action)
+        draft.detections.append(
+            Detection(
+                action.label or "", action.reason, action.detail, action.vast_id, action.cluster
+            )
+        )
     costs = [
         ClusterCost(
             name,
@@ -102,6 +107,7 @@ def plan(
         foreign=tuple(foreign),
         warnings=tuple(warnings),
         notes=tuple(draft.notes),
+        detections=tuple(draft.detections),
         unmet=tuple(draft.unmet),
         records=draft.finish(),
     )

@@ -54,6 +54,7 @@ def react(
         actions=tuple(draft.actions),
         costs=(),
         notes=tuple(draft.notes),
+        detections=tuple(draft.detections),
         records=draft.finish(),
     )
 

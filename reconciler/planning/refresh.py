@@ -72,8 +72,9 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
         first_observed_at=record.first_observed_at or now,
         phase=_phase(record, status),
     )
-    if status == "running" and record.first_running_at is None:
-        record = replace(record, first_running_at=now)
+    if status == "running":
+        first = record.first_running_at or now
+        record = replace(record, provider_ok_at=now, first_running_at=first)
     if record.exempt and status == "running" and record.role is Role.CANDIDATE:
         # A node type without an agent never enrolls: running is as far as it can tell us.
         record = replace(record, role=Role.WORKER, enrolled_at=now, public_ip=seen.public_ipaddr)

@@ -27,8 +27,10 @@ from reconciler.model.records import (
     label_for,
 )
 from reconciler.model.spec import ClusterSpec, NodeType
+from reconciler.nets.detection import Detection
 from reconciler.planning import offers as offer_picking
 from reconciler.planning.draft import Draft
+from reconciler.planning.lifecycle import apply_detections
 
 
 def live_of(draft: Draft, cluster: str, node_type: str) -> list[InstanceRecord]:
@@ -72,12 +74,11 @@ def _expire(draft: Draft, request: Request, spec: ClusterSpec) -> None:
     empty = len(request.open_slots)
     slots = tuple(s if s.worker else replace(s, ended_without_worker=True) for s in request.slots)
     draft.requests[request.id] = replace(request, slots=slots, status=RequestStatus.EXPIRED)
-    for candidate in _candidates(draft, request):
-        draft.destroy(
-            candidate,
-            "provision_deadline",
-            f"request {request.id} passed its provisioning deadline with {empty} empty slot(s)",
-        )
+    why = f"request {request.id} passed its provisioning deadline with {empty} empty slot(s)"
+    found = [
+        Detection(c.id, "provision_deadline", why, c.vast_id) for c in _candidates(draft, request)
+    ]
+    apply_detections(draft, found, spec)
     count_empty_slots(draft, spec, request.node_type, empty)
 
 

@@ -154,6 +154,7 @@ def as_json(plan: Plan) -> dict[str, Any]:
         "warnings": list(plan.warnings),
         "notes": list(plan.notes),
         "summary": dict(sorted(counts.items())),
+        "detections": encode(plan.detections),
         "actions": encode(plan.actions),
         "costs": encode(plan.costs),
         "skipped_offers": encode(plan.skipped),

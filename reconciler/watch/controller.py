@@ -206,7 +206,7 @@ class Controller:
         found += request_result.detections
         if not found and not instances and not request_result.requests and not request_result.pools:
             return
-        self._log_detections(found, records, instances)
+        self._announce(found, records, instances)
         report.detections += found
         plan = react(
             records,
@@ -263,20 +263,13 @@ class Controller:
         }
         return replace(records, instances=instances)
 
-    def _log_detections(
+    def _announce(
         self, found: list[Detection], records: Records, updates: Mapping[str, InstanceRecord]
     ) -> None:
+        """Say what the nets found (the executor ledgers it with the plan it leads to)."""
         for detection in found:
             record = updates.get(detection.record) or records.instances.get(detection.record)
             cluster = record.cluster if record else _request_cluster(records, detection.record)
-            self.journal.log(
-                cluster,
-                LedgerKind.DETECTION,
-                detection.cls,
-                detection.detail,
-                record=detection.record,
-                instance=detection.vast_id,
-            )
             self.progress(
                 f"{cluster}: detected {detection.cls} on {detection.record}: {detection.detail}"
             )

@@ -168,11 +168,13 @@ def test_never_reported_window_runs_from_our_first_observation() -> None:
 
 
 def test_lost_needs_all_three_channels_and_never_destroys() -> None:
-    cold = worker(self_report_at=NOW - 999, provider_seen_at=NOW - 999, probe_ok_at=None)
+    cold = worker(
+        self_report_at=NOW - 999, provider_ok_at=NOW - 999, provider_seen_at=NOW, probe_ok_at=None
+    )
     result = lost.run([cold], SPECS, lineage=LINEAGE, now=NOW)
     assert [d.cls for d in result.detections] == ["lost"]
     assert result.updates["w1"].lost is True
-    for warm in ("self_report_at", "provider_seen_at", "probe_ok_at"):
+    for warm in ("self_report_at", "provider_ok_at", "probe_ok_at"):
         one_warm = replace(cold, **{warm: NOW})
         assert lost.run([one_warm], SPECS, lineage=LINEAGE, now=NOW).detections == []
     healed = lost.run([replace(cold, lost=True, probe_ok_at=NOW)], SPECS, lineage=LINEAGE, now=NOW)

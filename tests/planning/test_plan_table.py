@@ -166,7 +166,11 @@ def breaker_trips() -> Case:
         state,
         [row(cand)],
         CHEAP,
-        [("destroy", "provision_deadline", "i1"), ("pause", "breaker_open", None)],
+        [
+            ("destroy", "provision_deadline", "i1"),
+            ("blocklist", "provision_deadline", str(cand.host_id)),
+            ("pause", "breaker_open", None),
+        ],
     )
 
 

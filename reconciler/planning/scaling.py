@@ -126,8 +126,13 @@ def scale(
     shortfall = wanted - len(workers) - sum(len(r.open_slots) for r in requests)
     if shortfall > 0:
         requests.append(_place(draft, spec, node_type, shortfall))
+    by_request: dict[str | None, list[InstanceRecord]] = {}
+    for record in live:
+        if record.role is Role.CANDIDATE:
+            by_request.setdefault(record.request_id, []).append(record)
     for request in requests:
-        _rent_for(draft, spec, node_type, request, offers=offers, budget=budget)
+        have = by_request.get(request.id, [])
+        _rent_for(draft, spec, node_type, request, have=have, offers=offers, budget=budget)
 
 
 def _open_requests(draft: Draft, cluster: str, node_type: str) -> list[Request]:
@@ -159,10 +164,10 @@ def _rent_for(
     node_type: NodeType,
     request: Request,
     *,
+    have: list[InstanceRecord],
     offers: Sequence[Offer],
     budget: offer_picking.Budget,
 ) -> None:
-    have = _candidates(draft, request)
     need = node_type.candidate_factor * len(request.open_slots) - len(have)
     if need <= 0:
         return

@@ -91,6 +91,9 @@ class Controller:
     lock: threading.RLock = field(default_factory=threading.RLock)
     schedules: dict[str, Schedule] = field(default_factory=dict)
     detections_by_net: dict[str, int] = field(default_factory=dict)
+    # The machine nets and the idle scanner, by job name; the benchmarks swap in other policies.
+    machine_nets: Mapping[str, MachineNet] = field(default_factory=lambda: dict(MACHINE_NETS))
+    idle_scanner: bool = True
 
     def __post_init__(self) -> None:
         self.set_specs(self.specs)
@@ -191,14 +194,14 @@ class Controller:
         for cluster, jobs in due.items():
             specs = {cluster: self.specs[cluster]}
             mine = [r for r in records.instances.values() if r.cluster == cluster]
-            if "idle_scan" in jobs:
+            if "idle_scan" in jobs and self.idle_scanner:
                 self._take(
                     idle.scan(mine, specs, busy=busy, lineage=lineage, now=now),
                     "idle_scan",
                     instances,
                     found,
                 )
-            for job, net in MACHINE_NETS.items():
+            for job, net in self.machine_nets.items():
                 if job in jobs:
                     current = [instances.get(r.id, r) for r in mine]
                     self._take(net(current, specs, lineage=lineage, now=now), job, instances, found)

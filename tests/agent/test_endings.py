@@ -189,7 +189,9 @@ def test_an_ending_signal_to_pid_1(agent_world: WorldFactory, sig: signal.Signal
     assert world.sim.signal_from_inside(rented.vast_id, sig) is True
     report = ended(world, rented, "signal")
     assert f"{sig.name} to PID 1" in report.message
+    # the live test: the report 0.5 s after the signal, the instance gone within 3.3 s
     assert report.time - sent < 2.0
+    assert world.sim.instance(rented.vast_id).destroyed_at - sent < 3.3  # type: ignore[union-attr]
     assert (workspace(world, rented) / "ray-stopped").exists()
 
 
@@ -225,6 +227,8 @@ def test_a_container_restart(agent_world: WorldFactory):
     assert world.sim.instance(rented.vast_id).boots == 2  # type: ignore[union-attr]
     [refusal] = world.ledger("second_enrollment")
     assert refusal.instance == rented.vast_id and refusal.time < report.time
+    # the live test: gone 0.7 s after the refusal at most (here: a report, then the destroy)
+    assert world.sim.instance(rented.vast_id).destroyed_at - refusal.time < 2.0  # type: ignore[union-attr]
     assert refusal.data["boot_id"] == report.data["boot_id"]
 
 

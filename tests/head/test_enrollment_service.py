@@ -242,7 +242,9 @@ def test_no_create_request_env_or_log_carries_the_account_key(world: HeadWorld, 
         assert instance is not None
         assert not any(KEY in k or KEY in v for k, v in instance.env)
     assert KEY not in json.dumps(reply.doc)
-    assert KEY not in world.ledger_path.read_text()
+    ledger = world.ledger_path.read_text()
+    assert KEY not in ledger
+    assert not any(r.token in ledger or r.token in caplog.text for r in rented)  # nor the tokens
     assert KEY not in caplog.text
     for records in world.saved:
         assert KEY not in json.dumps(encode(records))

@@ -14,17 +14,44 @@ from reconciler.applying.search import offer_search
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Plan
-from reconciler.model.records import Records
+from reconciler.model.records import Intent, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning.plan import plan as make_plan
 from reconciler.vast.errors import VastError
 
+# How many of the instances an empty listing left out are looked up one by one to tell an empty
+# account from a listing that came back empty by mistake.
+EMPTY_LISTING_PROBES = 3
 
-def listing(provider: Provider) -> Observation:
+
+def listing(provider: Provider, records: Records | None = None) -> Observation:
+    """One complete listing, or "unknown" (DESIGN.md rule 5). A listing that comes back empty
+    while we hold live instances is believed only after a few of them are confirmed gone one by
+    one: an empty page is also what a broken listing looks like."""
     try:
-        return Observation(listing=tuple(provider.list_instances()))
+        rows = tuple(provider.list_instances())
     except VastError as exc:
         return Observation(listing=None, listing_error=str(exc))
+    expected = _expected(records) if records is not None and not rows else []
+    for vast_id in expected[:EMPTY_LISTING_PROBES]:
+        try:
+            shown = provider.show_instance(vast_id)
+        except VastError as exc:
+            return Observation(listing=None, listing_error=f"empty listing, and {exc}")
+        if shown is not None:
+            return Observation(
+                listing=None,
+                listing_error=f"the listing came back empty but instance {vast_id} exists",
+            )
+    return Observation(listing=rows)
+
+
+def _expected(records: Records) -> list[int]:
+    return sorted(
+        r.vast_id
+        for r in records.instances.values()
+        if r.live and r.vast_id is not None and r.intent is not Intent.DESTROYED
+    )
 
 
 def search(
@@ -55,7 +82,7 @@ def observe_and_plan(
     sweep_orphans: bool = True,
 ) -> Plan:
     """List, plan without offers, search where candidates were wanted, plan again."""
-    seen = listing(provider)
+    seen = listing(provider, records)
     seen = Observation(seen.listing, demand=dict(demand or {}), listing_error=seen.listing_error)
     first = make_plan(
         specs, seen, records, lineage=lineage, serial=serial, now=now, sweep_orphans=sweep_orphans

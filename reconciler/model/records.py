@@ -95,6 +95,10 @@ class InstanceRecord:
     first_observed_at: float | None = None
     first_running_at: float | None = None
     provider_seen_at: float | None = None
+    # The first complete listing that did not show it, since the last one that did; cleared when
+    # a listing shows it again. "Missing for 60 s" is measured from here, so listings that failed
+    # in between (unknown) never count as listings without it.
+    missing_since: float | None = None
     # The last listing that showed it running: the provider's liveness channel for the lost net
     # (an `offline` or `unknown` host is listed, but vast is not hearing from it either).
     provider_ok_at: float | None = None

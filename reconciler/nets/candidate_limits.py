@@ -47,10 +47,15 @@ def detect(
 def _missing(
     record: InstanceRecord, seen: None, spec: ClusterSpec, now: float
 ) -> tuple[str, str] | None:
-    last = record.provider_seen_at if record.provider_seen_at is not None else record.created_at
+    """Ended only when listings without it span the window: one listing is not enough, and a
+    listing that failed in between says nothing either way."""
+    since = record.missing_since
     window = spec.watchdogs.missing_from_listing_seconds
-    if now - last > window:
-        return "missing_from_listing", f"not in vast's list for {now - last:.0f}s (limit {window}s)"
+    if since is not None and now - since >= window:
+        return (
+            "missing_from_listing",
+            f"not in vast's list for {now - since:.0f}s (limit {window}s)",
+        )
     return None
 
 

@@ -33,7 +33,12 @@ def refresh(
         if current.vast_id is None:
             current = _adopt(current, by_label.get(current.label), notes)
         seen = by_id.get(current.vast_id) if current.vast_id is not None else None
-        updated[current.id] = observe(current, seen, now) if seen else current
+        if seen is not None:
+            updated[current.id] = observe(current, seen, now)
+        elif current.vast_id is not None and current.missing_since is None:
+            updated[current.id] = replace(current, missing_since=now)
+        else:
+            updated[current.id] = current
     requests = dict(records.requests)
     for record in list(updated.values()):
         if record.role is Role.WORKER and record.slot_id is None and record.request_id in requests:
@@ -69,6 +74,7 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
     record = replace(
         record,
         provider_seen_at=now,
+        missing_since=None,
         first_observed_at=record.first_observed_at or now,
         phase=_phase(record, status),
     )

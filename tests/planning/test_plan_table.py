@@ -175,12 +175,19 @@ def breaker_trips() -> Case:
 
 
 def missing_once() -> Case:
-    cand = record("i1", vast_id=11, provider_seen_at=NOW - 20)
-    return Case([spec()], records(cand, request()), [], CHEAP, [("rent", "scale_up", "i100")])
+    """Last seen long ago (listings failed since: unknown), missing from one listing: kept."""
+    cand = record("i1", vast_id=11, provider_seen_at=NOW - 600)
+
+    def noted(p: Plan) -> None:
+        assert p.records.instances["i1"].missing_since == NOW
+
+    return Case(
+        [spec()], records(cand, request()), [], CHEAP, [("rent", "scale_up", "i100")], noted
+    )
 
 
 def missing_sixty_seconds() -> Case:
-    cand = record("i1", vast_id=11, provider_seen_at=NOW - 61)
+    cand = record("i1", vast_id=11, provider_seen_at=NOW - 120, missing_since=NOW - 60)
     return Case(
         [spec()],
         records(cand, request()),
@@ -191,6 +198,27 @@ def missing_sixty_seconds() -> Case:
             ("rent", "scale_up", "i100"),
             ("rent", "scale_up", "i101"),
         ],
+    )
+
+
+def missing_fifty_nine_seconds() -> Case:
+    cand = record("i1", vast_id=11, provider_seen_at=NOW - 120, missing_since=NOW - 59)
+    return Case([spec()], records(cand, request()), [], CHEAP, [("rent", "scale_up", "i100")])
+
+
+def seen_again_clears_missing() -> Case:
+    cand = record("i1", vast_id=11, missing_since=NOW - 59)
+
+    def cleared(p: Plan) -> None:
+        assert p.records.instances["i1"].missing_since is None
+
+    return Case(
+        [spec()],
+        records(cand, request()),
+        [row(cand, actual_status="loading")],
+        CHEAP,
+        [("rent", "scale_up", "i100")],
+        cleared,
     )
 
 
@@ -449,7 +477,9 @@ CASES = {
         breaker_closed_again,
         breaker_trips,
         missing_once,
+        missing_fifty_nine_seconds,
         missing_sixty_seconds,
+        seen_again_clears_missing,
         exited,
         oci_failure,
         ip_changed,

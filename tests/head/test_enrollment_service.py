@@ -65,7 +65,8 @@ def test_first_candidates_fill_the_slots_and_extras_are_destroyed_at_once(world:
         rec = records.instances[worker.record_id]
         assert (rec.role, rec.phase, rec.vast_id) == (Role.WORKER, Phase.ENROLLED, worker.vast_id)
         assert rec.public_ip == "127.0.0.1" and rec.enrolled_at is not None
-    wait_for(lambda: world.record(c2.record_id).phase is Phase.DESTROYED, timeout=5)
+    # the destroyer marks a record destroyed and ledgers the outcome together, after vast's answer
+    wait_for(lambda: all(world.record(x.record_id).phase is Phase.DESTROYED for x in (c2, c4)), 5)
     for extra in (c2, c4):
         rec = world.record(extra.record_id)
         assert rec.intent is Intent.DESTROYED and rec.ended_reason == "extra_candidate"
@@ -154,6 +155,7 @@ def test_a_reused_token_from_another_instance_fails_the_token_check(world: HeadW
     assert (reused.status, reused.doc["error"]) == (403, "token_check_failed")
     # the head destroys the instance that failed its token check
     wait_for(lambda: gone(world, thief.vast_id), timeout=5)
+    wait_for(lambda: world.record(thief.record_id).phase is Phase.DESTROYED, timeout=5)
     assert not gone(world, owner.vast_id)
     assert world.record(thief.record_id).ended_reason == "token_check_failed"
     entries = world.ledger("token_check_failed")

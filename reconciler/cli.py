@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 from reconciler import __version__, operations, planfile
+from reconciler import up as up_mod
 from reconciler.clock import SystemClock
 from reconciler.deps import Deps, state_dir_from
 from reconciler.model.codec import encode
@@ -124,8 +125,10 @@ def validate(
 
 
 def _deps(state_dir: Path | None, lock_timeout: float = 0.0) -> Deps:
+    """The dependencies of a command; with the embedded simulator's address when `up` runs one
+    for this state directory (and VAST_URL does not say otherwise)."""
     env = dict(os.environ)
-    return Deps(
+    deps = Deps(
         clock=SystemClock(),
         env=env,
         state_dir=state_dir_from(state_dir, env, Path.cwd()),
@@ -135,6 +138,7 @@ def _deps(state_dir: Path | None, lock_timeout: float = 0.0) -> Deps:
         ask=input,
         lock_timeout=lock_timeout,
     )
+    return deps if "VAST_URL" in env else up_mod.with_embedded(deps)
 
 
 def _specs(path: Path) -> list[ClusterSpec]:
@@ -293,9 +297,45 @@ def down(
     and destroyed too.
     """
     specs = _specs(spec_dir) if spec_dir else []
-    deps = _deps(state_dir, lock_timeout)
+    deps = up_mod.with_embedded(_deps(state_dir, lock_timeout))
     with _reported():
+        if up_mod.stop_ray_head(deps, cluster):
+            typer.echo(f"Ray head of {cluster} stopped.")
         code = operations.down(deps, cluster, specs, auto_approve=auto_approve)
+        if code == 0 and up_mod.stop_simulator_if_unused(deps):
+            typer.echo("Embedded vastsim stopped.")
+    raise typer.Exit(code)
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast up examples/clusters/local-sim.yaml\n\n"
+        "  ray-vast up clusters/ --auto-approve\n\n"
+        "Ctrl-C stops reconciling and saves; the machines stay until `ray-vast down CLUSTER`."
+    )
+)
+def up(
+    spec_dir: SpecDir = Path("."),
+    auto_approve: AutoApprove = False,
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="text or json (one object a line).")
+    ] = "text",
+    max_ticks: Annotated[
+        int | None, typer.Option("--max-ticks", help="Stop after this many ticks (for scripts).")
+    ] = None,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """Apply, then watch in the foreground, with the head's services and a local Ray head.
+
+    A spec with `provider.type: vastsim` runs on an embedded simulator: no account, no network.
+    """
+    deps = _deps(state_dir, lock_timeout)
+    logger = watch_logs.configure(log_format, sys.stderr, deps.secrets())
+    options = up_mod.UpOptions(spec_dir, auto_approve=auto_approve, max_ticks=max_ticks)
+    with _reported():
+        code = up_mod.up(deps, options, logger)
     raise typer.Exit(code)
 
 

@@ -118,7 +118,7 @@ def apply_specs(
             return EXIT_OK
         _guard(plan, journal, allow_mass_destroy)
         if not auto_approve:
-            _confirm(deps)
+            confirm(deps)
         result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=launcher)
     return _report(deps, result)
 
@@ -171,7 +171,8 @@ def _guard(plan: Plan, journal: Journal, allow: bool) -> None:
         )
 
 
-def _confirm(deps: Deps) -> None:
+def confirm(deps: Deps) -> None:
+    """Ask for a literal 'yes' on a terminal; refuse (never hang) without one."""
     if not deps.interactive:
         raise OperationError(
             "apply needs approval: no terminal to ask on. Re-run with --auto-approve, or save "
@@ -247,7 +248,7 @@ def down(deps: Deps, cluster: str, specs: Sequence[ClusterSpec], *, auto_approve
             _close_records(journal, cluster, deps.clock.now())
             return EXIT_OK
         if not auto_approve:
-            _confirm(deps)
+            confirm(deps)
         failed = _destroy_all(deps, journal, provider, cluster, targets)
         remaining = _wait_gone(deps, provider, {t.id for t in targets} - failed)
         if not failed and not remaining:

@@ -74,6 +74,14 @@ ROUTES: dict[str, Route] = {
     "pool_idle_release": Route((Outcome.NOTHING,), ends_machine=False),
     # a worker's own report before it destroys itself (agent side endings)
     "worker_report": Route(_REPLACE),
+    # the head's own notes: enrollments, and messages it refused (the refusal is the action)
+    "enrolled": Route((Outcome.NOTHING,), ends_machine=False),
+    "serving": Route((Outcome.NOTHING,), ends_machine=False),
+    "token_expired": Route((Outcome.NOTHING,), ends_machine=False),
+    "token_reused": Route((Outcome.NOTHING,), ends_machine=False),
+    "heartbeat_refused": Route((Outcome.NOTHING,), ends_machine=False),
+    "tls_refused": Route((Outcome.NOTHING,), ends_machine=False),
+    "bad_agent_message": Route((Outcome.ALERT,), ends_machine=False),
 }
 
 UNKNOWN = Route((Outcome.ALERT,), ends_machine=False)

@@ -111,7 +111,7 @@ def human(view: dict[str, Any]) -> str:
         lines.append(f"Warning: vast's listing is unknown ({view['listing_error']})")
     for cluster in view["clusters"]:
         cap = cluster["cap_dollars_per_hour"]
-        cap_text = f" (cap {cap:.2f})" if cap is not None else " (no spec: will be torn down)"
+        cap_text = f" (cap {cap:.2f})" if cap is not None else ""
         lines.append(f"Cluster {cluster['name']}: ${cluster['dollars_per_hour']:.2f}/h{cap_text}")
         if not cluster["instances"]:
             lines.append("  no instances")

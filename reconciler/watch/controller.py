@@ -20,6 +20,7 @@ from reconciler.applying.launch import Launcher
 from reconciler.applying.observe import observe_and_plan
 from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
+from reconciler.head import tokens
 from reconciler.model.observation import NodeKey
 from reconciler.model.plan import Plan
 from reconciler.model.records import ClusterRecord, InstanceRecord, Records
@@ -159,6 +160,7 @@ class Controller:
             due = {name: s.due(now) for name, s in self.schedules.items()}
             report.jobs = due
             if any("reconcile" in jobs for jobs in due.values()):
+                self.mutate(tokens.prune)  # join tokens nobody can use any more
                 self._reconcile(now, due, report)
             self._run_nets(now, due, report)
             for name, jobs in due.items():

@@ -13,6 +13,7 @@ GCS client against a dead GCS blocks for ~40 s, so a TCP connect comes first and
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from collections.abc import Mapping
 from typing import Any
@@ -30,10 +31,16 @@ IDLE = 3  # autoscaler NodeStatus.IDLE
 class RaySignals:
     """Signals from one Ray head; anything unreadable reads as "no sample", never as "idle"."""
 
-    def __init__(self, address: str, cluster: str) -> None:
+    def __init__(self, address: str, cluster: str, *, token_path: str | None = None) -> None:
         self.address = address
         self.cluster = cluster
+        self.token_path = token_path
         self._client: Any = None
+        if token_path:
+            # Ray reads its token settings from the process environment, once, when it is first
+            # imported: they must be in place before anything imports Ray.
+            os.environ["RAY_AUTH_MODE"] = "token"
+            os.environ["RAY_AUTH_TOKEN_PATH"] = token_path
 
     def _gcs(self) -> Any:
         if self._client is None:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 from reconciler.applying.journal import Journal
 from reconciler.applying.launch import ImageLauncher, Launcher
@@ -32,10 +33,10 @@ from reconciler.watch.source import GitError, SpecSource
 POLL_SECONDS = 1.0
 
 
-class Service:
+class Service(Protocol):
     """Something watch runs beside the loop (the head's enrollment and heartbeat servers)."""
 
-    def close(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 # Builds the launcher and the services for a controller (the head, when workers run the agent).
@@ -115,7 +116,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
             _sleep(deps, options.stop, min(wait, POLL_SECONDS))
     finally:
         for service in services:
-            service.close()
+            service.stop()
         if metrics is not None:
             metrics.close()
     logger.info("watch stopped after %d tick(s); state saved", ticks)

@@ -1,0 +1,136 @@
+"""`ray-vast up`: the whole product in the foreground.
+
+For a spec whose provider is `vastsim`, the embedded default comes first: a local vastsim whose
+containers run the real bootloader and agent. Then each cluster's Ray head (token auth), and then
+watch with the head's services, so the first tick rents, candidates enroll over TLS, and their Ray
+nodes join. Ctrl-C stops reconciling and saves; the machines stay until `ray-vast down`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from reconciler import operations
+from reconciler.deps import Deps
+from reconciler.embedded import processes, rayhead, simulator
+from reconciler.model.spec import ClusterSpec
+from reconciler.spec.loader import load
+from reconciler.views import diagnostics as diag_view
+from reconciler.watch.controller import Signals
+from reconciler.watch.headside import cluster_pki, head_extension
+from reconciler.watch.raysignals import RaySignals
+from reconciler.watch.runner import WatchOptions, watch
+from reconciler.watch.source import SpecSource
+
+
+@dataclass
+class UpOptions:
+    spec_path: Path
+    auto_approve: bool = False
+    max_ticks: int | None = None
+
+
+def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
+    loaded = load(options.spec_path)
+    if not loaded.ok:
+        diag_view.write_human(loaded.diagnostics, deps.err)
+        return 1
+    specs = list(loaded.clusters)
+    deps = _with_simulator(deps, specs, options.spec_path, logger)
+    signals = _ray_heads(deps, specs, logger)
+    if not _approved(deps, specs, options):
+        return 1
+    provider = deps.provider(specs)
+    vast_url = getattr(provider, "base_url", "") or deps.env.get("VAST_URL", "")
+    extension = head_extension(
+        state_dir=deps.state_dir, clock=deps.clock, vast_url=vast_url, secrets=_forbidden(deps)
+    )
+    watch_options = WatchOptions(
+        source=SpecSource(options.spec_path),
+        max_ticks=options.max_ticks,
+        signals=signals,
+        extension=extension,
+    )
+    logger.info(
+        "up: watching %s (Ctrl-C stops reconciling; `ray-vast down` ends the machines)",
+        ", ".join(s.name for s in specs),
+    )
+    return watch(deps, watch_options, logger)
+
+
+def _with_simulator(
+    deps: Deps, specs: list[ClusterSpec], path: Path, logger: logging.Logger
+) -> Deps:
+    """The embedded vastsim, started (or found running) when a spec names it."""
+    sims = [s for s in specs if s.provider.type == "vastsim"]
+    if not sims:
+        return deps
+    market = sims[0].provider.market
+    base = path if path.is_dir() else path.parent
+    market_path = str((base / market).resolve()) if market else None
+    sim = simulator.start(deps.state_dir, env=deps.env, market=market_path)
+    logger.info("embedded vastsim at %s (pid %d)", sim.url, sim.pid)
+    return replace(deps, env={**deps.env, **sim.env()})
+
+
+def _ray_heads(deps: Deps, specs: list[ClusterSpec], logger: logging.Logger) -> Signals | None:
+    """Each cluster's Ray head, with the token its workers are given; Ray's view of the first."""
+    signals: Signals | None = None
+    for spec in specs:
+        pki = cluster_pki(deps.state_dir, spec, deps.clock.now())
+        head = rayhead.start(
+            deps.state_dir,
+            spec.name,
+            port=spec.head.ray_port,
+            token_path=pki.ray_auth_token_path,
+            env=deps.env,
+        )
+        logger.info("Ray head of %s at %s (pid %d)", spec.name, head.address, head.pid)
+        signals = signals or RaySignals(
+            f"{spec.head.address}:{spec.head.ray_port}",
+            spec.name,
+            token_path=str(pki.ray_auth_token_path),
+        )
+    return signals
+
+
+def _approved(deps: Deps, specs: list[ClusterSpec], options: UpOptions) -> bool:
+    """The simulator costs nothing: no question. Real money: the plan first, and a 'yes'."""
+    if options.auto_approve or all(s.provider.type == "vastsim" for s in specs):
+        return True
+    outcome = operations.make_plan(
+        deps, specs, spec_path=options.spec_path, out_file=None, as_json=False, detailed=False
+    )
+    if outcome.plan.errored:
+        return False
+    try:
+        operations.confirm(deps)
+    except operations.OperationError as exc:
+        deps.err.write(f"Error: {exc}\n")
+        return False
+    return True
+
+
+def _forbidden(deps: Deps) -> tuple[str, ...]:
+    """Secrets a create request must never carry: the account key (never the simulator's)."""
+    return tuple(s for s in deps.secrets() if s)
+
+
+def with_embedded(deps: Deps) -> Deps:
+    """Talk to the embedded simulator when this state directory runs one (after `up`)."""
+    sim = simulator.running(deps.state_dir)
+    return replace(deps, env={**deps.env, **sim.env()}) if sim else deps
+
+
+def stop_ray_head(deps: Deps, cluster: str) -> bool:
+    """`down` terminates the head's Ray first (the seed's order), if ray-vast runs it."""
+    return rayhead.stop(deps.state_dir, cluster)
+
+
+def stop_simulator_if_unused(deps: Deps) -> bool:
+    """After `down`: the embedded simulator, once no cluster's Ray head needs it."""
+    if any(name.startswith("ray-head-") for name in processes.records(deps.state_dir)):
+        return False
+    return simulator.stop(deps.state_dir)

@@ -20,6 +20,10 @@ from typing import Any
 
 RECORD_FILE = "embedded.json"
 
+# The detached processes this process started. They are meant to outlive the command; holding
+# their Popen objects keeps Python from warning that a child it forgot is still running.
+_DETACHED: list[subprocess.Popen[bytes]] = []
+
 
 @dataclass(frozen=True)
 class Started:
@@ -80,7 +84,7 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], log: Path) -> subproce
     """A detached process group writing to `log`; stdin closed."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             list(argv),
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -88,6 +92,8 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], log: Path) -> subproce
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    _DETACHED.append(proc)
+    return proc
 
 
 def wait_for_line(log: Path, marker: str, proc: subprocess.Popen[bytes], timeout: float) -> str:
@@ -104,7 +110,8 @@ def wait_for_line(log: Path, marker: str, proc: subprocess.Popen[bytes], timeout
 
 
 def stop_group(pid: int, *, grace: float = 10.0) -> None:
-    """TERM the process group, then KILL it if it has not gone within `grace` seconds."""
+    """TERM the process group, then KILL it if it has not gone within `grace` seconds; a child
+    of this process is reaped."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -112,3 +119,6 @@ def stop_group(pid: int, *, grace: float = 10.0) -> None:
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+    for proc in [p for p in _DETACHED if p.pid == pid]:
+        proc.wait(timeout=grace)
+        _DETACHED.remove(proc)

@@ -160,17 +160,19 @@ def wait_for(what: Callable[[], Any], timeout: float, *, every: float = 0.1) -> 
 
 
 def leftover_processes(marker: str) -> list[int]:
-    """Processes whose command line mentions `marker` (a test's directory)."""
+    """Live processes whose command line or environment mentions `marker` (a test's directory:
+    containers and their Ray workers carry it in HOME and DATA_DIRECTORY)."""
     found = []
+    needle = marker.encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            seen = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in cmdline and state != "Z":
+        if needle in seen and state != "Z":
             found.append(int(entry.name))
     return found
 

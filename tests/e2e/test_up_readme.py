@@ -1,0 +1,114 @@
+"""The README's first command: `ray-vast up examples/clusters/local-sim.yaml` brings up a cluster
+whose Ray worker shows in `ray status` of the local head and runs a task; `down` ends it all."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench.live import leftover_processes, wait_for
+from reconciler.embedded import rayhead
+from tests.e2e.test_live_seed import loopback_only
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).with_name("ray"))
+TASK = textwrap.dedent(
+    """
+    import os, ray
+    ray.init(address="127.0.0.1:6380", log_to_driver=False)
+
+    @ray.remote(num_cpus=1)
+    def where():
+        return os.environ["CONTAINER_ID"]
+
+    print("RAN ON", ray.get(where.remote(), timeout=60))
+    """
+)
+
+
+def test_up_then_ray_status_then_a_task_then_down(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAST_", "RAY_"))}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reconciler",
+            "up",
+            "examples/clusters/local-sim.yaml",
+            "--state-dir",
+            str(state),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        token = state / "pki" / "local-sim" / "ray-auth-token"
+        ray_env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+
+        def worker_in_ray_status() -> str | None:
+            if not token.exists():
+                return None
+            shown = subprocess.run(
+                [RAY, "status", "--address", "127.0.0.1:6380"],
+                env=ray_env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            return shown.stdout if "rv-slot-" in shown.stdout else None
+
+        status = wait_for(worker_in_ray_status, 180, every=2)
+        assert "Active:" in status
+        ran = subprocess.run(
+            [sys.executable, "-c", TASK],
+            env=ray_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert "RAN ON 2000000" in ran.stdout, ran.stdout + ran.stderr
+    finally:
+        up.terminate()
+        out, _ = up.communicate(timeout=60)
+    assert "watch stopped" in out
+    down = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reconciler",
+            "down",
+            "local-sim",
+            "--auto-approve",
+            "--state-dir",
+            str(state),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "Embedded vastsim stopped." in down.stdout
+    wait_for(lambda: leftover_processes(str(state)) == [], 30)
+    head_dir = str(rayhead.temp_dir(state, "local-sim"))
+    wait_for(lambda: leftover_processes(head_dir) == [], 30)

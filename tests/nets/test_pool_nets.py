@@ -1,0 +1,73 @@
+"""The request and pool watchdogs: they release, fail or reset requests, never touch a machine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reconciler.model.records import Phase, PoolState, RequestStatus, Role
+from reconciler.nets import pools
+from tests.planning.builders import NOW, record, records, request, spec
+
+SPEC = spec(min_workers=0)
+SPECS = {SPEC.name: SPEC}
+W = SPEC.watchdogs
+KEY = ("c1", "gpu")
+
+
+def test_pool_idle_release_starts_a_clock_then_releases_open_requests() -> None:
+    state = records(request())
+    first = pools.pool_idle_release(state, SPECS, demand={}, busy={}, now=NOW)
+    assert first.pools == {"c1/gpu": PoolState(NOW)} and first.requests == {}
+    later = replace(state, pools=first.pools)
+    done = pools.pool_idle_release(
+        later, SPECS, demand={}, busy={}, now=NOW + W.pool_idle_release_seconds
+    )
+    assert done.requests["q1"].status is RequestStatus.RELEASED
+    assert [d.cls for d in done.detections] == ["pool_idle_release"]
+    assert not any(hasattr(d, "vast_id") and d.vast_id for d in done.detections)
+
+
+def test_pool_idle_release_waits_while_there_is_demand_or_work() -> None:
+    state = replace(
+        records(request(), record("w1", vast_id=1, role=Role.WORKER)),
+        pools={"c1/gpu": PoolState(NOW - 99_999)},
+    )
+    with_demand = pools.pool_idle_release(state, SPECS, demand={KEY: 1}, busy={}, now=NOW)
+    assert with_demand.requests == {} and with_demand.pools == {"c1/gpu": PoolState(None)}
+    working = pools.pool_idle_release(state, SPECS, demand={}, busy={"w1": True}, now=NOW)
+    assert working.requests == {}
+
+
+def test_queue_wait_fails_a_request_never_dispatched() -> None:
+    old = request(placed_at=NOW - W.queue_wait_timeout_seconds - 1)
+    result = pools.queue_wait(records(old), SPECS, now=NOW)
+    assert result.requests["q1"].status is RequestStatus.FAILED
+    dispatched = replace(old, dispatched_at=NOW - 10)
+    assert pools.queue_wait(records(dispatched), SPECS, now=NOW).requests == {}
+
+
+def test_no_consumer_fails_a_request_nobody_waits_for() -> None:
+    result = pools.no_consumer(records(request()), SPECS, demand={})
+    assert result.requests["q1"].status is RequestStatus.FAILED
+    assert pools.no_consumer(records(request()), SPECS, demand={KEY: 1}).requests == {}
+    needed = spec(min_workers=1)
+    assert pools.no_consumer(records(request()), {needed.name: needed}, demand={}).requests == {}
+
+
+def test_stuck_dispatch_puts_a_request_without_candidates_back_in_the_queue() -> None:
+    stuck = request(dispatched_at=NOW - 120)
+    result = pools.stuck_dispatch(records(stuck), SPECS, now=NOW, cadence=60)
+    assert result.requests["q1"].dispatched_at is None
+    alive = record("i1", vast_id=1, phase=Phase.PULLING)
+    assert pools.stuck_dispatch(records(stuck, alive), SPECS, now=NOW, cadence=60).requests == {}
+
+
+def test_no_pool_net_ever_names_a_machine() -> None:
+    state = records(request(placed_at=NOW - 99_999, dispatched_at=None), record("i1", vast_id=1))
+    results = [
+        pools.queue_wait(state, SPECS, now=NOW),
+        pools.no_consumer(state, SPECS, demand={}),
+        pools.stuck_dispatch(state, SPECS, now=NOW, cadence=60),
+    ]
+    for result in results:
+        assert all(d.record == "q1" and d.vast_id is None for d in result.detections)

@@ -66,11 +66,21 @@ class Draft:
 
     def destroy(self, record: InstanceRecord, reason: str, detail: str) -> None:
         """Plan to end a machine, once, whatever number of nets flagged it."""
+        self._machine(ActionKind.DESTROY, record, reason, detail, -record.billing_dph)
+
+    def stop(self, record: InstanceRecord, reason: str, detail: str) -> None:
+        """Plan to stop a machine (its disk kept): the reversible end."""
+        saved = -(record.dph_total - record.storage_dph)
+        self._machine(ActionKind.STOP, record, reason, detail, saved)
+
+    def _machine(
+        self, kind: ActionKind, record: InstanceRecord, reason: str, detail: str, dph: float
+    ) -> None:
         if record.id in self.doomed:
             return
         self.add(
             Action(
-                ActionKind.DESTROY,
+                kind,
                 record.cluster,
                 reason,
                 detail,
@@ -80,25 +90,7 @@ class Draft:
                 request=record.request_id,
                 label=record.label,
                 host_id=record.host_id,
-                dph_delta=-record.billing_dph,
-            )
-        )
-
-    def stop(self, record: InstanceRecord, reason: str, detail: str) -> None:
-        """Plan to stop a machine (its disk kept): the reversible end."""
-        if record.id in self.doomed:
-            return
-        self.add(
-            Action(
-                ActionKind.STOP,
-                record.cluster,
-                reason,
-                detail,
-                node_type=record.node_type,
-                record=record.id,
-                vast_id=record.vast_id,
-                host_id=record.host_id,
-                dph_delta=-(record.dph_total - record.storage_dph),
+                dph_delta=dph,
             )
         )
 

@@ -452,8 +452,9 @@ class Scenario:
         if now > self.config.horizon:
             return  # too late to be fair to every policy: it stays healthy
         t.failed_at = now
-        if what == Fate.IDLE.value:
-            t.earliest = now + self.windows.idle_stop_after_seconds
+        if what == Fate.IDLE.value and t.enrolled_at is not None:
+            t.failed_at = t.enrolled_at + t.story.job  # the job ended then, between two steps
+            t.earliest = t.failed_at + self.windows.idle_stop_after_seconds
             return
         if what == Fate.DIES.value:
             self.fleet.agents.modes[ident] = Mode.SILENT

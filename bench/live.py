@@ -177,6 +177,18 @@ def leftover_processes(marker: str) -> list[int]:
     return found
 
 
+def describe(pids: list[int]) -> str:
+    """What leftover processes are, for a failure message."""
+    lines = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        lines.append(f"{pid}: {cmdline.decode(errors='replace')[:160]}")
+    return "\n".join(lines)
+
+
 def kill_leftovers(marker: str) -> None:
     for pid in leftover_processes(marker):
         with contextlib.suppress(ProcessLookupError):

@@ -28,6 +28,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle, lost, never_reported, pools, went_silent
 from reconciler.nets.base import NetResult
 from reconciler.nets.detection import Detection
+from reconciler.planning import retention
 from reconciler.planning.react import react
 from reconciler.state.ledger import LedgerKind
 from reconciler.watch.schedule import Schedule
@@ -161,6 +162,7 @@ class Controller:
             report.jobs = due
             if any("reconcile" in jobs for jobs in due.values()):
                 self.mutate(tokens.prune)  # join tokens nobody can use any more
+                self.mutate(retention.prune)  # machines ended long ago: the ledger keeps them
                 self._reconcile(now, due, report)
             self._run_nets(now, due, report)
             for name, jobs in due.items():

@@ -41,21 +41,25 @@ class RaySignals:
             # imported: they must be in place before anything imports Ray.
             os.environ["RAY_AUTH_MODE"] = "token"
             os.environ["RAY_AUTH_TOKEN_PATH"] = token_path
+        # Imported here, in the thread that builds the signals, not lazily in the watch thread:
+        # Ray's modules fail to import when two threads import them at once. Ray is heavy, so
+        # only a watch that reads a Ray head loads it.
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # noqa: PLC0415
+        from ray.autoscaler.v2.sdk import get_cluster_resource_state  # noqa: PLC0415
+
+        self._client_class = GcsClient
+        self._resource_state = get_cluster_resource_state
 
     def _gcs(self) -> Any:
         if self._client is None:
             host, _, port = self.address.rpartition(":")
             with socket.create_connection((host, int(port)), timeout=2):
                 pass
-            from ray._raylet import GcsClient  # type: ignore[attr-defined]  # noqa: PLC0415
-
-            self._client = GcsClient(address=self.address)
+            self._client = self._client_class(address=self.address)
         return self._client
 
     def _state(self) -> Any:
-        from ray.autoscaler.v2.sdk import get_cluster_resource_state  # noqa: PLC0415
-
-        return get_cluster_resource_state(self._gcs())
+        return self._resource_state(self._gcs())
 
     def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]:
         spec = specs.get(self.cluster)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.live import leftover_processes, wait_for
+from bench.live import describe, leftover_processes, wait_for
 from reconciler.embedded import rayhead
 from tests.e2e.test_live_seed import loopback_only
 
@@ -74,7 +74,15 @@ def test_up_then_ray_status_then_a_task_then_down(tmp_path: Path) -> None:
             )
             return shown.stdout if "rv-slot-" in shown.stdout else None
 
-        status = wait_for(worker_in_ray_status, 180, every=2)
+        try:
+            status = wait_for(worker_in_ray_status, 180, every=2)
+        except AssertionError:
+            up.terminate()
+            log = state / "ray" / "local-sim-head.log"
+            head = log.read_text()[-2000:] if log.exists() else "(no head log)"
+            raise AssertionError(
+                f"up said:\n{up.communicate(timeout=60)[0][-4000:]}\n{head}"
+            ) from None
         assert "Active:" in status
         ran = subprocess.run(
             [sys.executable, "-c", TASK],
@@ -109,6 +117,9 @@ def test_up_then_ray_status_then_a_task_then_down(tmp_path: Path) -> None:
     )
     assert down.returncode == 0, down.stdout + down.stderr
     assert "Embedded vastsim stopped." in down.stdout
-    wait_for(lambda: leftover_processes(str(state)) == [], 30)
     head_dir = str(rayhead.temp_dir(state, "local-sim"))
-    wait_for(lambda: leftover_processes(head_dir) == [], 30)
+    for marker in (str(state), head_dir):
+        try:
+            wait_for(lambda m=marker: leftover_processes(m) == [], 60)
+        except AssertionError:
+            raise AssertionError(describe(leftover_processes(marker))) from None

@@ -21,6 +21,7 @@ from reconciler.model.records import (
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning.plan import plan
+from reconciler.planning.retention import RETENTION_SECONDS, prune
 from tests.planning.builders import (
     LINEAGE,
     NOW,
@@ -537,3 +538,24 @@ def test_an_exempt_worker_fills_its_slot_and_nothing_more_is_rented() -> None:
     assert worker.role is Role.WORKER and worker.slot_id == "q1s1"
     assert result.records.requests["q1"].slots[0].worker == "i1"
     assert acts(result) == [("destroy", "extra_candidate", "i2")]
+
+
+def test_retention_forgets_long_ended_machines_and_keeps_everything_live() -> None:
+    old = record(
+        "i1",
+        vast_id=1,
+        phase=Phase.DESTROYED,
+        intent=Intent.DESTROYED,
+        ended_at=NOW - RETENTION_SECONDS - 1,
+    )
+    recent = record(
+        "i2", vast_id=2, phase=Phase.DESTROYED, intent=Intent.DESTROYED, ended_at=NOW - 60
+    )
+    live = record("i3", vast_id=3, created_at=NOW - 10 * RETENTION_SECONDS)
+    closed = request(
+        "q9", status=RequestStatus.FILLED, placed_at=NOW - 2 * RETENTION_SECONDS, workers=("i1",)
+    )
+    kept = prune(records(old, recent, live, closed), NOW)
+    assert set(kept.instances) == {"i2", "i3"}
+    assert kept.requests == {}
+    assert prune(kept, NOW) is kept  # nothing to drop: the same object, so no save

@@ -15,10 +15,11 @@ from pathlib import Path
 from reconciler import operations
 from reconciler.deps import Deps
 from reconciler.embedded import processes, rayhead, simulator
+from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
 from reconciler.views import diagnostics as diag_view
-from reconciler.watch.controller import Signals
+from reconciler.watch.controller import Signals, TickReport
 from reconciler.watch.headside import cluster_pki, head_extension
 from reconciler.watch.raysignals import RaySignals
 from reconciler.watch.runner import WatchOptions, watch
@@ -52,12 +53,43 @@ def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
         max_ticks=options.max_ticks,
         signals=signals,
         extension=extension,
+        on_tick=LiveView(logger).show,
     )
     logger.info(
         "up: watching %s (Ctrl-C stops reconciling; `ray-vast down` ends the machines)",
         ", ".join(s.name for s in specs),
     )
     return watch(deps, watch_options, logger)
+
+
+class LiveView:
+    """One line per cluster whenever its picture changes: candidates, workers, $/h, detections."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self.last: dict[str, str] = {}
+
+    def show(self, report: TickReport) -> None:
+        for found in report.detections:
+            self.logger.info("detected %s on %s: %s", found.cls, found.record, found.detail)
+        records = report.records
+        if records is None:
+            return
+        for cluster in sorted({r.cluster for r in records.live_instances()} | set(self.last)):
+            line = _summary(records, cluster)
+            if self.last.get(cluster) != line:
+                self.last[cluster] = line
+                self.logger.info("%s: %s", cluster, line)
+
+
+def _summary(records: Records, cluster: str) -> str:
+    live = [r for r in records.live_instances(cluster) if r.intent is not Intent.DESTROYED]
+    workers = sum(1 for r in live if r.role is Role.WORKER)
+    candidates = len(live) - workers
+    lost = sum(1 for r in live if r.lost)
+    dph = sum(r.billing_dph for r in live)
+    text = f"{workers} worker(s), {candidates} candidate(s), ${dph:.3f}/h"
+    return text + (f", {lost} lost" if lost else "")
 
 
 def _with_simulator(

@@ -69,6 +69,7 @@ class TickReport:
     jobs: dict[str, list[str]] = field(default_factory=dict)
     detections: list[Detection] = field(default_factory=list)
     results: list[ApplyResult] = field(default_factory=list)
+    records: Records | None = None  # as the tick left them
 
 
 MachineNet = Callable[..., NetResult]
@@ -140,7 +141,11 @@ class Controller:
             return updated
 
     def execute(self, plan: Plan) -> ApplyResult:
-        """Carry out a plan with the one executor (the head uses this for immediate destroys)."""
+        """Carry out a plan with the one executor (the head uses this for immediate destroys).
+        Alerts are said in the log as well as kept for `status`."""
+        for note in plan.notes:
+            if note.startswith("ALERT"):
+                self.progress(note)
         with self.lock:
             executor = Executor(
                 provider=self.provider,
@@ -167,6 +172,7 @@ class Controller:
             self._run_nets(now, due, report)
             for name, jobs in due.items():
                 self.schedules[name].ran(jobs, now)
+            report.records = self.journal.records()
             return report
 
     def _reconcile(self, now: float, due: Mapping[str, list[str]], report: TickReport) -> None:

@@ -10,10 +10,8 @@ been captured sending to the real vast (`reference/vast-api.md` sections 4 and 5
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 
 from reconciler.model import observed
 from reconciler.vast import ClientSettings, VastClient
+from tests.vastcli import run_vastai
 from vastsim import Market, Sim, VirtualClock, serve
 from vastsim.server import Server
 
@@ -34,13 +33,6 @@ SEARCH = "POST /api/v0/bundles/"
 CREATE = "PUT /api/v0/asks/{id}/"
 
 
-def vastai_argv() -> list[str]:
-    script = Path(sys.executable).parent / "vastai"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from vastai.cli.main import main; sys.exit(main())"]
-
-
 @dataclass
 class World:
     sim: Sim
@@ -49,24 +41,7 @@ class World:
     client: VastClient
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(self.home),
-            "XDG_CONFIG_HOME": str(self.home / "config"),
-            "XDG_CACHE_HOME": str(self.home / "cache"),
-            "XDG_STATE_HOME": str(self.home / "state"),
-            "VAST_URL": self.server.url,
-            "VAST_API_KEY": KEY,
-            "VASTAI_NO_UPDATE_CHECK": "1",
-        }
-        run = subprocess.run(
-            [*vastai_argv(), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        run = run_vastai(args, url=self.server.url, key=KEY, home=self.home)
         assert run.returncode == 0, run.stderr
         return run
 

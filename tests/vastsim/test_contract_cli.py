@@ -8,9 +8,7 @@ call moves 10 s ahead first (so windows pass and life cycles advance only when a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.vastcli import run_vastai
 from vastsim import Market, ScriptedRunner, Sim, VirtualClock, serve
 from vastsim.server import Server
 
@@ -33,13 +32,6 @@ SHOW = "GET /api/v0/instances/{id}/"
 CREATE = "PUT /api/v0/asks/{id}/"
 
 
-def vastai_argv() -> list[str]:
-    script = Path(sys.executable).parent / "vastai"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from vastai.cli.main import main; sys.exit(main())"]
-
-
 @dataclass
 class World:
     sim: Sim
@@ -49,26 +41,7 @@ class World:
 
     def cli(self, *args: str, key: str = KEY) -> subprocess.CompletedProcess[str]:
         self.sim.advance(10)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(self.home),
-            "XDG_CONFIG_HOME": str(self.home / "config"),
-            "XDG_CACHE_HOME": str(self.home / "cache"),
-            "XDG_STATE_HOME": str(self.home / "state"),
-            "VAST_URL": self.server.url,
-            "VAST_API_KEY": key,
-            "VASTAI_NO_UPDATE_CHECK": "1",
-            "NO_COLOR": "1",
-            "COLUMNS": "250",
-        }
-        return subprocess.run(
-            [*vastai_argv(), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_vastai(args, url=self.server.url, key=key, home=self.home, wide=True)
 
     def offer(self, machine_id: int) -> int:
         """A 1-GPU offer on the machine (searched over HTTP, outside the search window)."""

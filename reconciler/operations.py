@@ -28,6 +28,7 @@ from reconciler.planning.plan import fingerprint, touched
 from reconciler.state.ledger import LedgerKind
 from reconciler.vast.errors import VastError
 from reconciler.views import plan as plan_view
+from reconciler.views import progress
 from reconciler.views import status as status_view
 
 # Exit codes, as Terraform's `-detailed-exitcode` has them.
@@ -204,7 +205,8 @@ def _execute(
         stop_requested=deps.stop_requested,
         progress=lambda line: _say(deps, line),
     )
-    return executor.apply(plan)
+    with progress.waiting(f"Applying {len(plan.actions)} action(s)", out=deps.out, env=deps.env):
+        return executor.apply(plan)
 
 
 def _say(deps: Deps, line: str) -> None:
@@ -250,7 +252,11 @@ def down(deps: Deps, cluster: str, specs: Sequence[ClusterSpec], *, auto_approve
         if not auto_approve:
             confirm(deps)
         failed = _destroy_all(deps, journal, provider, cluster, targets)
-        remaining = _wait_gone(deps, provider, {t.id for t in targets} - failed)
+        pending = {t.id for t in targets} - failed
+        with progress.waiting(
+            f"Waiting for vast to confirm {len(pending)} destroy(s)", out=deps.out, env=deps.env
+        ):
+            remaining = _wait_gone(deps, provider, pending)
         if not failed and not remaining:
             _close_records(journal, cluster, deps.clock.now())
     if failed or remaining:

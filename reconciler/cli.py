@@ -22,6 +22,7 @@ from reconciler import __version__, operations, planfile
 from reconciler import up as up_mod
 from reconciler.clock import SystemClock
 from reconciler.deps import Deps, state_dir_from
+from reconciler.head.pki import RAY_TOKEN_FILE, pki_dir
 from reconciler.model.codec import encode
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
@@ -32,6 +33,8 @@ from reconciler.views import diagnostics as diag_view
 from reconciler.views import ledger as ledger_view
 from reconciler.watch import logs as watch_logs
 from reconciler.watch import runner as watch_runner
+from reconciler.watch.headside import head_extension
+from reconciler.watch.raysignals import RaySignals
 from reconciler.watch.runner import WatchOptions
 from reconciler.watch.source import GitError, GitSync, SpecSource
 
@@ -393,12 +396,33 @@ def watch(
     deps = _deps(state_dir, lock_timeout)
     logger = watch_logs.configure(log_format, sys.stderr, deps.secrets())
     sync = GitSync(git, branch, spec_dir.resolve(), git_interval, deps.clock) if git else None
-    options = WatchOptions(source=SpecSource(spec_dir, git=sync), once=once)
+    options = WatchOptions(
+        source=SpecSource(spec_dir, git=sync),
+        once=once,
+        extension=head_extension(
+            state_dir=deps.state_dir, clock=deps.clock, vast_url=None, secrets=deps.secrets()
+        ),
+    )
     with _reported():
         if sync is not None:
             sync.sync()
+        options.signals = _ray_signals(deps, spec_dir)
         code = watch_runner.watch(deps, options, logger)
     raise typer.Exit(code)
+
+
+def _ray_signals(deps: Deps, spec_dir: Path) -> RaySignals | None:
+    """Ray's view from the first cluster's head, when its token is already there (the head's
+    Ray runs with the token from the cluster's PKI: `ray-vast up` starts it that way)."""
+    loaded = load(spec_dir)
+    if not loaded.ok or not loaded.clusters:
+        return None
+    spec = loaded.clusters[0]
+    token = pki_dir(deps.state_dir, spec.name) / RAY_TOKEN_FILE
+    if not token.exists():
+        return None
+    address = f"{spec.head.address}:{spec.head.ray_port}"
+    return RaySignals(address, spec.name, token_path=str(token))
 
 
 @app.command(

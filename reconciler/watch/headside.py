@@ -55,7 +55,7 @@ def head_extension(
     *,
     state_dir: Path,
     clock: Clock,
-    vast_url: str,
+    vast_url: str | None,
     secrets: tuple[str, ...],
     agent_env: Mapping[str, str] | None = None,
 ) -> Extension:
@@ -74,8 +74,9 @@ def head_extension(
                 lineage=journal.lineage,
                 clock=clock,
             )
+            url = vast_url or str(getattr(controller.provider, "base_url", ""))
             launchers[spec.name] = service.launcher(
-                vast_url=vast_url, clock=clock, forbidden=secrets, agent_env=agent_env
+                vast_url=url, clock=clock, forbidden=secrets, agent_env=agent_env
             )
             service.start()
             services.append(service)

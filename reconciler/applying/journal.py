@@ -14,7 +14,7 @@ from typing import Any
 
 from reconciler.model.codec import decode, encode
 from reconciler.model.records import Records
-from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerWriter
+from reconciler.state.ledger import LedgerKind, LedgerWriter
 from reconciler.state.snapshot import StateSnapshot
 from reconciler.state.store import StateStore
 
@@ -67,15 +67,6 @@ class Journal:
         dph: float | None = None,
         data: Mapping[str, Any] | None = None,
     ) -> None:
-        self.ledger.append(
-            LedgerEvent(
-                cluster=cluster,
-                kind=kind,
-                class_=cls,
-                message=message,
-                record=record,
-                instance=instance,
-                dph=dph,
-                data=dict(data or {}),
-            )
+        self.ledger.log(
+            cluster, kind, cls, message, record=record, instance=instance, dph=dph, data=data
         )

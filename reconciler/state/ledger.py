@@ -256,6 +256,23 @@ class LedgerWriter:
         """Make appended lines durable; a hook so tests can count syncs."""
         os.fsync(fd)
 
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`append` in the shape every ledger user speaks (the head's `LedgerSink`)."""
+        self.append(
+            LedgerEvent(cluster, kind, cls, message, record, instance, dph, dict(data or {}))
+        )
+
     def append(self, event: LedgerEvent) -> LedgerEntry:
         """Append one entry durably (flush + fsync) and return it as written."""
         (entry,) = self.append_all([event])

@@ -40,7 +40,7 @@ from reconciler.model.records import (
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
-from reconciler.state.ledger import LedgerEntry, LedgerEvent, LedgerKind, LedgerWriter, read_ledger
+from reconciler.state.ledger import LedgerEntry, LedgerWriter, read_ledger
 from reconciler.vast import config as vast_config
 from reconciler.vast.factory import client_from_settings
 from vastsim import Market, NoContainers, RealClock, Runner, Server, Sim, Timing, serve
@@ -130,29 +130,6 @@ class ShiftClock:
 
     def advance(self, seconds: float) -> None:
         self.shift += seconds
-
-
-class LedgerOnly:
-    """The ledger half of a `Journal`: what the head logs to."""
-
-    def __init__(self, writer: LedgerWriter) -> None:
-        self.writer = writer
-
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.writer.append(
-            LedgerEvent(cluster, kind, cls, message, record, instance, dph, dict(data or {}))
-        )
 
 
 @dataclass
@@ -393,7 +370,7 @@ def head_world(
             spec=spec,
             cluster_pki=pki,
             host=shared,
-            ledger=LedgerOnly(writer),
+            ledger=writer,
             provider=client,
             lineage=lineage,
             clock=clock,

@@ -24,11 +24,13 @@ from reconciler.applying.search import offer_search
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, OfferChoice, Plan
 from reconciler.model.records import (
+    STOP_CONFIRM_SECONDS,
     InstanceRecord,
     Intent,
     Phase,
     Records,
     Role,
+    retry_delay,
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import offers as offer_picking
@@ -108,13 +110,15 @@ class Executor:
         self._log_decision(action)
         if vast_id is not None:
             self._log(action, LedgerKind.CALL, f"destroy instance {vast_id}")
-            self.provider.destroy_instance(vast_id)
+            self._call(record, lambda: self.provider.destroy_instance(vast_id))
         if record is not None:
             ended = replace(
                 self.records.instances[record.id],
                 phase=Phase.DESTROYED,
                 ended_at=self.now(),
-                ended_reason=action.reason,
+                ended_reason=record.ended_reason or action.reason,
+                call_attempts=0,
+                retry_at=None,
             )
             self._put(ended)
             self._save()
@@ -126,8 +130,32 @@ class Executor:
         self._save()
         self._log_decision(action)
         self._log(action, LedgerKind.CALL, f"stop instance {record.vast_id}")
-        self.provider.stop_instance(_require(record.vast_id))
+        vast_id = _require(record.vast_id)
+        self._call(record, lambda: self.provider.stop_instance(vast_id))
+        # vast has accepted it; the planner looks again later and sends it again if still running
+        current = self.records.instances[record.id]
+        self._put(replace(current, retry_at=self.now() + STOP_CONFIRM_SECONDS))
+        self._save()
         self._log(action, LedgerKind.OUTCOME, "stop requested", outcome="ok")
+
+    def _call(self, record: InstanceRecord | None, call: Callable[[], object]) -> None:
+        """A destroy or stop call; when it fails, the record keeps its transitional phase and
+        notes when to try again (backoff), so the planner sends it again until vast confirms."""
+        try:
+            call()
+        except vast_errors.VastError:
+            if record is not None:
+                current = self.records.instances[record.id]
+                attempts = current.call_attempts + 1
+                self._put(
+                    replace(
+                        current,
+                        call_attempts=attempts,
+                        retry_at=self.now() + retry_delay(attempts),
+                    )
+                )
+                self._save()
+            raise
 
     def _start(self, action: Action) -> None:
         record = self.records.instances[action.record or ""]

@@ -7,7 +7,7 @@ listing error is returned as "unknown", never as an empty listing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from reconciler.applying.provider import Provider
 from reconciler.applying.search import offer_search
@@ -80,17 +80,33 @@ def observe_and_plan(
     now: float,
     demand: Mapping[NodeKey, int] | None = None,
     sweep_orphans: bool = True,
+    declared: Collection[str] | None = None,
 ) -> Plan:
-    """List, plan without offers, search where candidates were wanted, plan again."""
+    """List, plan without offers, search where candidates were wanted, plan again. `declared`:
+    every cluster of a completely loaded spec directory (those it lacks are pruned)."""
     seen = listing(provider, records)
     seen = Observation(seen.listing, demand=dict(demand or {}), listing_error=seen.listing_error)
     first = make_plan(
-        specs, seen, records, lineage=lineage, serial=serial, now=now, sweep_orphans=sweep_orphans
+        specs,
+        seen,
+        records,
+        lineage=lineage,
+        serial=serial,
+        now=now,
+        sweep_orphans=sweep_orphans,
+        declared=declared,
     )
     if first.errored or not first.unmet:
         return first
     offers, failed = search(provider, specs, {(u.cluster, u.node_type) for u in first.unmet})
     full = Observation(seen.listing, offers=offers, demand=seen.demand, search_errors=failed)
     return make_plan(
-        specs, full, records, lineage=lineage, serial=serial, now=now, sweep_orphans=sweep_orphans
+        specs,
+        full,
+        records,
+        lineage=lineage,
+        serial=serial,
+        now=now,
+        sweep_orphans=sweep_orphans,
+        declared=declared,
     )

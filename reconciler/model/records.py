@@ -108,7 +108,12 @@ class InstanceRecord:
     public_ip: str | None = None
     stop_due_at: float | None = None
     destroy_due_at: float | None = None
+    # Work holds it (reaper gate 3): `pinned` while Ray reports work on its node (leased
+    # resources, actors, placement-group bundles), refreshed from Ray on every tick; `pinned_by`
+    # is a person's pin (`ray-vast pin`), until `pinned_until` (None: until `ray-vast unpin`).
     pinned: bool = False
+    pinned_by: str | None = None
+    pinned_until: float | None = None
     exempt: bool = False
     lost: bool = False
     # Set by the boot-failure net on the first tick that sees a machine past its boot window; the
@@ -119,18 +124,31 @@ class InstanceRecord:
     sample_busy: bool = False
     ended_reason: str | None = None
     ended_at: float | None = None
+    # A destroy or stop that vast has not confirmed yet (a transitional state): how many calls
+    # were made, and when the next one is due (backoff after a failure; a stop that vast accepted
+    # is checked again after a while). Cleared when vast confirms.
+    call_attempts: int = 0
+    retry_at: float | None = None
 
     @property
     def live(self) -> bool:
         """Scans skip destroyed records (rule 4): nothing re-arms against a dead instance."""
         return self.phase is not Phase.DESTROYED
 
+    def held(self, now: float) -> bool:
+        """Whether work (Ray's or a person's pin) holds this machine at `now`: no machine-level
+        reaper may end or stop it (reaper gate 3)."""
+        if self.pinned:
+            return True
+        return self.pinned_by is not None and (self.pinned_until is None or now < self.pinned_until)
+
     @property
     def billing_dph(self) -> float:
-        """What this record costs per hour as recorded: full price running, storage stopped."""
+        """What this record costs per hour as recorded: storage only once vast confirmed the stop;
+        full price until then (a stop that failed or is under way still bills in full)."""
         if self.phase is Phase.DESTROYED:
             return 0.0
-        if self.phase in (Phase.STOPPED, Phase.STOPPING):
+        if self.phase is Phase.STOPPED:
             return self.storage_dph
         return self.dph_total
 
@@ -156,11 +174,19 @@ class Request:
     status: RequestStatus = RequestStatus.OPEN
     # When a candidate was first rented for it; None while it waits in the queue.
     dispatched_at: float | None = None
+    # Since when it waits in the queue: placed, or put back by the stuck-dispatch reset.
+    queued_at: float | None = None
+    # Why the last attempt to rent for it rented nothing (no acceptable offer, creates failing).
+    dispatch_error: str | None = None
     ended_reason: str | None = None
 
     @property
     def open_slots(self) -> tuple[Slot, ...]:
         return tuple(s for s in self.slots if s.worker is None and not s.ended_without_worker)
+
+    @property
+    def waiting_since(self) -> float:
+        return self.queued_at if self.queued_at is not None else self.placed_at
 
 
 @dataclass(frozen=True)
@@ -227,6 +253,9 @@ class Records:
     tokens: Mapping[str, JoinToken] = field(default_factory=dict)
     revoked_certs: tuple[int, ...] = ()
     alerts: tuple[Alert, ...] = ()
+    # Instances labelled ours with no live record: vast id -> when we first saw them, so the
+    # orphan sweep's grace runs from our own first observation, never from vast's start_date.
+    unrecorded_seen: Mapping[int, float] = field(default_factory=dict)
     next_id: int = 1
 
     def live_instances(self, cluster: str | None = None) -> list[InstanceRecord]:
@@ -246,3 +275,15 @@ class Records:
 
 def breaker_key(cluster: str, node_type: str) -> str:
     return f"{cluster}/{node_type}"
+
+
+# Backoff of a destroy or stop vast has not confirmed: 5 s, doubling, at most 5 minutes.
+RETRY_FIRST_SECONDS = 5.0
+RETRY_MAX_SECONDS = 300.0
+# A stop vast accepted is looked at again after this long: still running means send it again.
+STOP_CONFIRM_SECONDS = 120.0
+
+
+def retry_delay(attempts: int) -> float:
+    """Seconds before call number `attempts + 1` of a destroy or stop that did not take."""
+    return float(min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** max(0, attempts - 1)))

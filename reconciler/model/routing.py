@@ -65,13 +65,19 @@ ROUTES: dict[str, Route] = {
     "scale_up": Route((Outcome.NOTHING,), ends_machine=False),
     "restart": Route((Outcome.RETRY,), ends_machine=False),
     "finish_destroy": Route((Outcome.NOTHING,)),
+    "finish_stop": Route((Outcome.NOTHING,), ends_machine=False, stops_machine=True),
     "down": Route((Outcome.NOTHING,)),
     "removed_from_spec": Route((Outcome.NOTHING,)),
     "breaker_open": Route((Outcome.HALT,), ends_machine=False),
-    "queue_wait_timeout": Route((Outcome.FAIL_JOB,), ends_machine=False),
+    # slots that ended with no worker (they count toward the breaker)
+    "slots_no_worker": Route((Outcome.NOTHING,), ends_machine=False),
+    "queue_wait_timeout": Route((Outcome.FAIL_JOB, Outcome.ALERT), ends_machine=False),
     "no_consumer": Route((Outcome.FAIL_JOB,), ends_machine=False),
     "stuck_dispatch": Route((Outcome.RETRY,), ends_machine=False),
     "pool_idle_release": Route((Outcome.NOTHING,), ends_machine=False),
+    # the controller's own refusals: a person decides
+    "mass_destroy_refused": Route((Outcome.ALERT,), ends_machine=False),
+    "specs_invalid": Route((Outcome.ALERT,), ends_machine=False),
     # a worker's own report before it destroys itself (agent side endings)
     "worker_report": Route(_REPLACE),
     # the head's own notes: enrollments, and messages it refused (the refusal is the action)

@@ -47,16 +47,52 @@ def detect(
 def _missing(
     record: InstanceRecord, seen: None, spec: ClusterSpec, now: float
 ) -> tuple[str, str] | None:
-    """Ended only when listings without it span the window: one listing is not enough, and a
-    listing that failed in between says nothing either way."""
+    """The seed: ended 60 s after the last list that showed it, and one list without it does not
+    end it. So at least two complete listings without it (the first at `missing_since`, this
+    one) and the window passed since the last one that showed it; failed listings in between say
+    nothing either way, and never count as listings without it."""
+    return missing_finding(record, spec.watchdogs.missing_from_listing_seconds, now)
+
+
+def missing_finding(record: InstanceRecord, window: float, now: float) -> tuple[str, str] | None:
     since = record.missing_since
-    window = spec.watchdogs.missing_from_listing_seconds
-    if since is not None and now - since >= window:
-        return (
-            "missing_from_listing",
-            f"not in vast's list for {now - since:.0f}s (limit {window}s)",
-        )
-    return None
+    last = _last_seen(record)
+    if since is None or since >= now or now - last < window:
+        return None
+    return (
+        "missing_from_listing",
+        f"not in vast's list for {now - last:.0f}s since the last list that showed it "
+        f"(limit {window:g}s; lists without it since {now - since:.0f}s ago)",
+    )
+
+
+def _last_seen(record: InstanceRecord) -> float:
+    if record.provider_seen_at is not None:
+        return record.provider_seen_at
+    return record.first_observed_at if record.first_observed_at is not None else record.created_at
+
+
+def deadline(record: InstanceRecord, spec: ClusterSpec) -> float | None:
+    """The earliest time a listing could end this record by the limits above (None: no limit
+    runs). The controller lists at that time, so a limit fires within seconds of its threshold
+    and not at the next reconcile."""
+    if record.intent is not Intent.RUNNING or record.vast_id is None:
+        return None
+    times: list[float] = []
+    if record.missing_since is not None:
+        window = spec.watchdogs.missing_from_listing_seconds
+        times.append(max(_last_seen(record) + window, record.missing_since + CONFIRM_SECONDS))
+    node_type = spec.node_types.get(record.node_type)
+    if record.role is Role.CANDIDATE and node_type is not None:
+        if record.phase in (Phase.RENTING, Phase.PULLING) and record.first_observed_at is not None:
+            times.append(record.first_observed_at + node_type.pull_limit_seconds)
+        if record.first_running_at is not None and record.enrolled_at is None and not record.exempt:
+            times.append(record.first_running_at + spec.watchdogs.enrollment_limit_seconds)
+    return min(times) if times else None
+
+
+# A listing without an instance is confirmed by another this long after it at the earliest.
+CONFIRM_SECONDS = 5.0
 
 
 def _seen(
@@ -83,7 +119,7 @@ def _candidate_limits(
         return None
     if record.phase in (Phase.RENTING, Phase.PULLING) and record.first_observed_at is not None:
         pulling = now - record.first_observed_at
-        if pulling > node_type.pull_limit_seconds:
+        if pulling >= node_type.pull_limit_seconds:
             return (
                 "pull_timeout",
                 f"still pulling after {pulling:.0f}s (limit {node_type.pull_limit_seconds}s)",
@@ -91,9 +127,9 @@ def _candidate_limits(
     if record.first_running_at is not None and record.enrolled_at is None and not record.exempt:
         waiting = now - record.first_running_at
         limit = spec.watchdogs.enrollment_limit_seconds
-        if waiting > limit:
+        if waiting >= limit:
             return (
                 "enrollment_timeout",
-                f"running {waiting:.0f}s without enrolling (limit {limit}s)",
+                f"seen running {waiting:.0f}s ago without enrolling (limit {limit}s)",
             )
     return None

@@ -38,7 +38,7 @@ def scan(
         spec = specs.get(record.cluster)
         if spec is None or record.id in result.updates or busy.get(record.id) is not False:
             continue
-        if record.managed_by != lineage or record.pinned or record.stop_due_at is not None:
+        if record.managed_by != lineage or record.held(now) or record.stop_due_at is not None:
             continue
         w = spec.watchdogs
         result.updates[record.id] = replace(

@@ -1,13 +1,22 @@
 """Watchdogs of requests and pools: they release, fail or reset requests, never touch a machine.
 
+None of them may undo `min_workers`, and none reads "unknown" as "nothing": when Ray's demand
+could not be read (`demand is None`) a pool is not idle and a request is not without a consumer.
+
 - pool idle release (15 min): a node type nobody asked for and nobody worked on for the pool idle
-  window gives up its open requests; its machines are left to the money chain;
-- queue-wait timeout (60 s): a request never dispatched (no candidate ever rented: breaker open, no
-  offer) fails after the queue-wait timeout instead of waiting forever;
-- no-consumer (60 s): an open request for a node type with no demand left and min_workers already
-  met has nobody waiting for it, and fails;
+  window gives up the open requests above `min_workers` (newest first); its machines are left to
+  the money chain;
+- queue-wait timeout (60 s): a request that waited in the queue (no candidate rented: breaker open,
+  no acceptable offer) past the queue-wait timeout fails; its slots count toward the breaker and a
+  person is alerted;
+- no-consumer (60 s): an open request for a node type with no demand left (known, not unknown) and
+  min_workers already met has nobody waiting for it, and fails;
 - stuck-dispatch reset (60 s): a dispatched request left with open slots and no live candidate is
-  put back in the queue, so it is dispatched again and its queue wait counts again.
+  put back in the queue, saying why nothing rents (every offer refused, creates failing): its
+  queue wait starts again, so the queue-wait timeout fails it if nothing rents.
+
+The slots of a request these end count toward the rent-loop breaker (planning does the counting,
+when the ended requests are folded into a plan).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from reconciler.model.records import (
     Role,
 )
 from reconciler.model.spec import ClusterSpec
-from reconciler.nets.base import scannable
+from reconciler.nets.base import scannable, serving_workers
 from reconciler.nets.detection import Detection
 
 NodeKey = tuple[str, str]
@@ -47,24 +56,37 @@ def _open(records: Records, cluster: str, node_type: str) -> list[Request]:
 
 def _end(request: Request, status: RequestStatus, cls: str, why: str, out: PoolResult) -> None:
     out.requests[request.id] = replace(request, status=status, ended_reason=cls)
-    out.detections.append(Detection(request.id, cls, why))
+    out.detections.append(Detection(request.id, cls, why, cluster=request.cluster))
+
+
+def _workers(records: Records, cluster: str, node_type: str) -> int:
+    """Workers in rotation (a lost one is not capacity)."""
+    return sum(
+        1
+        for w in serving_workers(records.instances.values())
+        if w.cluster == cluster and w.node_type == node_type and not w.lost
+    )
 
 
 def pool_idle_release(
     records: Records,
     specs: Mapping[str, ClusterSpec],
     *,
-    demand: Mapping[NodeKey, int],
+    demand: Mapping[NodeKey, int] | None,
     busy: Mapping[str, bool | None],
     now: float,
 ) -> PoolResult:
     out = PoolResult()
     live = scannable(records.instances.values())
     for spec in specs.values():
-        for name in spec.node_types:
+        for name, node_type in spec.node_types.items():
             key = f"{spec.name}/{name}"
             members = [r for r in live if r.cluster == spec.name and r.node_type == name]
-            active = demand.get((spec.name, name), 0) > 0 or any(busy.get(r.id) for r in members)
+            active = (
+                demand is None
+                or demand.get((spec.name, name), 0) > 0
+                or any(busy.get(r.id) for r in members)
+            )
             state = records.pools.get(key, PoolState())
             if active:
                 if state.idle_since is not None:
@@ -73,10 +95,20 @@ def pool_idle_release(
             if state.idle_since is None:
                 out.pools[key] = PoolState(now)
                 continue
-            if now - state.idle_since < spec.watchdogs.pool_idle_release_seconds:
+            idle = now - state.idle_since
+            if idle < spec.watchdogs.pool_idle_release_seconds:
                 continue
-            for request in _open(records, spec.name, name):
-                _end(request, RequestStatus.RELEASED, "pool_idle_release", "pool idle", out)
+            requests = sorted(_open(records, spec.name, name), key=lambda r: r.placed_at)
+            capacity = _workers(records, spec.name, name) + sum(
+                len(r.open_slots) for r in requests
+            )
+            for request in reversed(requests):  # newest first
+                slots = len(request.open_slots)
+                if capacity - slots < node_type.min_workers:
+                    continue  # min_workers needs it: never released
+                capacity -= slots
+                why = f"pool idle for {idle:.0f}s; capacity above min_workers released"
+                _end(request, RequestStatus.RELEASED, "pool_idle_release", why, out)
     return out
 
 
@@ -86,9 +118,13 @@ def queue_wait(records: Records, specs: Mapping[str, ClusterSpec], *, now: float
         spec = specs.get(request.cluster)
         if spec is None or request.status is not RequestStatus.OPEN or request.dispatched_at:
             continue
-        waited = now - request.placed_at
-        if waited > spec.watchdogs.queue_wait_timeout_seconds:
-            _end(request, RequestStatus.FAILED, "queue_wait_timeout", f"queued {waited:.0f}s", out)
+        waited = now - request.waiting_since
+        limit = spec.watchdogs.queue_wait_timeout_seconds
+        if waited >= limit:
+            why = f"queued {waited:.0f}s (limit {limit}s) with no candidate rented" + (
+                f": {request.dispatch_error}" if request.dispatch_error else ""
+            )
+            _end(request, RequestStatus.FAILED, "queue_wait_timeout", why, out)
     return out
 
 
@@ -96,10 +132,11 @@ def no_consumer(
     records: Records,
     specs: Mapping[str, ClusterSpec],
     *,
-    demand: Mapping[NodeKey, int],
+    demand: Mapping[NodeKey, int] | None,
 ) -> PoolResult:
     out = PoolResult()
-    workers = [r for r in scannable(records.instances.values()) if r.role is Role.WORKER]
+    if demand is None:
+        return out  # Ray could not be read: unknown, never "no demand"
     for request in records.requests.values():
         spec = specs.get(request.cluster)
         if spec is None or request.status is not RequestStatus.OPEN:
@@ -108,7 +145,7 @@ def no_consumer(
         if node_type is None:
             _end(request, RequestStatus.FAILED, "no_consumer", "node type removed", out)
             continue
-        have = sum(1 for w in workers if w.cluster == spec.name and w.node_type == node_type.name)
+        have = _workers(records, spec.name, node_type.name)
         if demand.get((spec.name, node_type.name), 0) == 0 and have >= node_type.min_workers:
             _end(request, RequestStatus.FAILED, "no_consumer", "no demand left for it", out)
     return out
@@ -125,11 +162,19 @@ def stuck_dispatch(
     for request in records.requests.values():
         if request.status is not RequestStatus.OPEN or request.dispatched_at is None:
             continue
-        if (
-            request.open_slots
-            and not candidates.get(request.id)
-            and now - request.dispatched_at > cadence
-        ):
-            out.requests[request.id] = replace(request, dispatched_at=None)
-            out.detections.append(Detection(request.id, "stuck_dispatch", "no live candidate left"))
+        if request.cluster not in specs:
+            continue
+        stuck = now - request.dispatched_at
+        if request.open_slots and not candidates.get(request.id) and stuck >= cadence:
+            out.requests[request.id] = replace(request, dispatched_at=None, queued_at=now)
+            why = request.dispatch_error or "every candidate ended and none rents"
+            out.detections.append(
+                Detection(
+                    request.id,
+                    "stuck_dispatch",
+                    f"no candidate renting for {stuck:.0f}s ({why}); back in the queue, "
+                    "searching afresh",
+                    cluster=request.cluster,
+                )
+            )
     return out

@@ -39,7 +39,7 @@ def refusal(
         return Refusal.NOT_OURS
     if not record.live:
         return Refusal.ALREADY_DESTROYED
-    if gate.respects_pin and record.pinned:
+    if gate.respects_pin and record.held(now):
         return Refusal.PINNED
     if gate.heartbeat_net and record.exempt:
         return Refusal.EXEMPT

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind
-from reconciler.model.records import Intent, Phase
+from reconciler.model.records import InstanceRecord, Intent, Phase
 from reconciler.model.routing import route
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets.detection import Detection
@@ -47,34 +47,64 @@ def apply_detections(draft: Draft, detections: Iterable[Detection], spec: Cluste
 
 
 def finish_unfinished(
-    draft: Draft, cluster: str, listing: Mapping[int, Instance], spec: ClusterSpec
+    draft: Draft, cluster: str, listing: Mapping[int, Instance], spec: ClusterSpec | None
 ) -> None:
-    """Destroys that did not complete, and pending creates that never appeared."""
+    """Transitional states nobody else finishes: destroys and stops vast has not confirmed (sent
+    again with backoff until it does), and pending creates that never appeared. `spec` is None
+    for a cluster removed from the specs: the defaults of the seed's windows apply."""
+    missing = spec.watchdogs.missing_from_listing_seconds if spec else DEFAULT_MISSING_SECONDS
+    grace = spec.watchdogs.orphan_grace_seconds if spec else DEFAULT_ORPHAN_GRACE_SECONDS
     for record in list(draft.instances.values()):
         if record.cluster != cluster or not record.live:
             continue
         if record.intent is Intent.DESTROYED:
-            _finish_destroy(draft, record.id, listing, spec)
+            _finish(draft, record, listing, missing, ActionKind.DESTROY)
+        elif record.intent is Intent.STOPPED and record.phase is not Phase.STOPPED:
+            _finish(draft, record, listing, missing, ActionKind.STOP)
         elif record.phase is Phase.PENDING_CREATE:
-            _expire_pending(draft, record.id, spec)
+            _expire_pending(draft, record.id, grace)
 
 
-def _finish_destroy(
-    draft: Draft, record_id: str, listing: Mapping[int, Instance], spec: ClusterSpec
+DEFAULT_MISSING_SECONDS = 60
+DEFAULT_ORPHAN_GRACE_SECONDS = 600
+
+
+def _finish(
+    draft: Draft,
+    record: InstanceRecord,
+    listing: Mapping[int, Instance],
+    missing: float,
+    kind: ActionKind,
 ) -> None:
-    record = draft.instances[record_id]
+    """Send a destroy or stop again when its backoff has passed and vast still lists the instance;
+    close the record once vast's listings have not shown it for the missing window."""
     if record.vast_id is not None and record.vast_id in listing:
-        draft.destroy(record, "finish_destroy", "an earlier destroy did not complete")
+        if record.retry_at is not None and draft.now < record.retry_at:
+            return
+        tries = f"call {record.call_attempts + 1}"
+        if kind is ActionKind.DESTROY:
+            why = f"an earlier destroy did not complete ({tries})"
+            draft.destroy(record, "finish_destroy", why)
+        else:
+            draft.stop(record, "finish_stop", f"vast has not stopped it yet ({tries})")
         return
     last = record.provider_seen_at or record.created_at
-    if draft.now - last > spec.watchdogs.missing_from_listing_seconds:
-        draft.update(record, phase=Phase.DESTROYED, ended_at=draft.now)
+    if draft.now - last >= missing:
+        ended = "gone from vast's listing" + (" while stopping" if kind is ActionKind.STOP else "")
+        draft.update(
+            record,
+            phase=Phase.DESTROYED,
+            intent=Intent.DESTROYED,
+            ended_at=draft.now,
+            ended_reason=record.ended_reason or ended,
+            retry_at=None,
+        )
 
 
-def _expire_pending(draft: Draft, record_id: str, spec: ClusterSpec) -> None:
+def _expire_pending(draft: Draft, record_id: str, grace: float) -> None:
     """A create whose instance never showed up in the listing within the orphan grace window."""
     record = draft.instances[record_id]
-    if draft.now - record.created_at > spec.watchdogs.orphan_grace_seconds:
+    if draft.now - record.created_at >= grace:
         draft.update(
             record,
             phase=Phase.DESTROYED,

@@ -2,9 +2,10 @@
 
 Only a label tells us an instance is ours. `rv.<cluster>.<our lineage8>.` with no live record is
 an orphan (a crash between create and save, a record lost): it is destroyed once it is older than
-the grace window, which is measured by vast's `start_date` because there is no record of ours to
-measure from. `rv.<cluster>.<another lineage8>.` is the same cluster under another state (a lost or
-copied state file): never acted on, but shown loudly with its $/h. Anything else is not ours.
+the grace window, measured from our own first observation of it (`Records.unrecorded_seen`),
+never from vast's `start_date` (the two differ, and vast's may be long before we could know).
+`rv.<cluster>.<another lineage8>.` is the same cluster under another state (a lost or copied state
+file): never acted on, but shown loudly with its $/h. Anything else is not ours.
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ def sweep(
     *,
     lineage: str,
     now: float,
+    scope: set[str],
+    first_seen: Mapping[int, float],
 ) -> tuple[list[Action], list[Foreign]]:
+    """Orphans of the clusters in `scope` (the clusters the plan is about) and instances another
+    state made for them. `first_seen` says when we first saw each unrecorded instance."""
     actions: list[Action] = []
     foreign: list[Foreign] = []
     by_vast_id = {r.vast_id: r for r in records.values() if r.vast_id is not None}
-    clusters = _clusters(specs, records)
     for instance in listing:
         info = parse_label(instance.label)
-        if info is None or info.cluster not in clusters:
+        if info is None or info.cluster not in scope:
             continue
         if info.lineage8 != lineage[:8]:
             foreign.append(_foreign(info.cluster, instance))
@@ -40,10 +44,35 @@ def sweep(
         if record is not None and record.live:
             continue
         spec = specs.get(info.cluster)
-        action = _orphan(info.cluster, instance, spec, now) if spec else None
+        grace = spec.watchdogs.orphan_grace_seconds if spec else DEFAULT_GRACE_SECONDS
+        action = _orphan(info.cluster, instance, grace, now - first_seen.get(instance.id, now))
         if action:
             actions.append(action)
     return actions, foreign
+
+
+DEFAULT_GRACE_SECONDS = 600
+
+
+def unrecorded(
+    listing: Iterable[Instance],
+    records: Mapping[str, InstanceRecord],
+    *,
+    lineage: str,
+    seen_before: Mapping[int, float],
+    now: float,
+) -> dict[int, float]:
+    """When we first saw each listed instance labelled ours that no live record answers for."""
+    by_vast_id = {r.vast_id: r for r in records.values() if r.vast_id is not None}
+    out: dict[int, float] = {}
+    for instance in listing:
+        info = parse_label(instance.label)
+        if info is None or info.lineage8 != lineage[:8]:
+            continue
+        record = records.get(info.record_id) or by_vast_id.get(instance.id)
+        if record is None or not record.live:
+            out[instance.id] = seen_before.get(instance.id, now)
+    return out
 
 
 def unrecorded_dph(
@@ -62,10 +91,6 @@ def unrecorded_dph(
     return total
 
 
-def _clusters(specs: Mapping[str, ClusterSpec], records: Mapping[str, InstanceRecord]) -> set[str]:
-    return set(specs) | {r.cluster for r in records.values()}
-
-
 def _foreign(cluster: str, instance: Instance) -> Foreign:
     return Foreign(
         cluster,
@@ -76,16 +101,15 @@ def _foreign(cluster: str, instance: Instance) -> Foreign:
     )
 
 
-def _orphan(cluster: str, instance: Instance, spec: ClusterSpec, now: float) -> Action | None:
-    grace = spec.watchdogs.orphan_grace_seconds
-    age = now - instance.start_date if instance.start_date is not None else None
-    if age is None or age <= grace:
+def _orphan(cluster: str, instance: Instance, grace: float, age: float) -> Action | None:
+    if age < grace:
         return None
     return Action(
         ActionKind.DESTROY,
         cluster,
         "orphan",
-        f"labelled {instance.label} but no live record of ours; {age:.0f}s old (grace {grace}s)",
+        f"labelled {instance.label} but no live record of ours; seen by us {age:.0f}s ago "
+        f"(grace {grace:g}s)",
         vast_id=instance.id,
         label=instance.label,
         host_id=instance.host_id,

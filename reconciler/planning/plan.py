@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
@@ -46,9 +47,16 @@ def plan(
     serial: int,
     now: float,
     sweep_orphans: bool = True,
+    declared: Collection[str] | None = None,
 ) -> Plan:
-    """The plan for `desired` given what was observed; `sweep_orphans` runs the orphan sweep
-    (the watch controller asks for it on its own, slower cadence)."""
+    """The plan for `desired` given what was observed.
+
+    The plan is about the clusters of `desired` and nothing else (DESIGN.md 10, "Scope of a
+    plan"): a cluster outside it is neither kept nor retired. `declared` is every cluster name of
+    a spec directory that loaded and validated completely; a cluster that has records but is no
+    longer declared there is removed (Flux's prune) and joins the scope. Without `declared`
+    nothing is pruned. `sweep_orphans` runs the orphan sweep (the watch controller asks for it on
+    its own, slower cadence)."""
     if observation.listing is None:
         why = observation.listing_error or "the listing could not be read"
         return Plan(
@@ -71,13 +79,31 @@ def plan(
     )
     specs = {s.name: s for s in desired}
     by_id = {i.id: i for i in listing}
-    clusters = sorted({r.cluster for r in draft.instances.values() if r.live} | set(specs))
+    removed = _removed(draft, declared)
+    clusters = sorted(set(specs) | removed)
     unrecorded = orphans.unrecorded_dph(listing, draft.instances, lineage=lineage)
     before = {name: _cluster_dph(draft, name) + unrecorded.get(name, 0.0) for name in clusters}
     for spec in desired:
         _plan_cluster(draft, spec, observation, by_id, before[spec.name])
-    _retire_removed(draft, specs)
-    sweep, foreign = orphans.sweep(listing, draft.instances, specs, lineage=lineage, now=now)
+    for name in sorted(removed):
+        _retire(draft, name, by_id)
+    seen = orphans.unrecorded(
+        listing,
+        draft.instances,
+        lineage=lineage,
+        seen_before=records.unrecorded_seen,
+        now=now,
+    )
+    draft.records = replace(draft.records, unrecorded_seen=seen)
+    sweep, foreign = orphans.sweep(
+        listing,
+        draft.instances,
+        specs,
+        lineage=lineage,
+        now=now,
+        scope=set(clusters),
+        first_seen=seen,
+    )
     for action in sweep if sweep_orphans else ():
         draft.add(action)
         draft.detections.append(
@@ -141,15 +167,30 @@ def _plan_cluster(
         )
 
 
-def _retire_removed(draft: Draft, specs: Mapping[str, ClusterSpec]) -> None:
-    """A cluster whose spec is gone from the directory is torn down, like a removed resource."""
+def _removed(draft: Draft, declared: Collection[str] | None) -> set[str]:
+    """Clusters with live records of ours that a completely loaded directory no longer
+    declares."""
+    if declared is None:
+        return set()
+    return {
+        r.cluster
+        for r in draft.instances.values()
+        if r.live and r.managed_by == draft.lineage and r.cluster not in declared
+    }
+
+
+def _retire(draft: Draft, cluster: str, by_id: Mapping[int, Instance]) -> None:
+    """A cluster whose spec is gone from the directory is torn down, like a removed resource;
+    destroys that failed earlier are finished here too (nobody else plans for this cluster)."""
+    lifecycle.finish_unfinished(draft, cluster, by_id, None)
     for record in list(draft.instances.values()):
-        if record.cluster in specs or not record.live or record.intent is Intent.DESTROYED:
+        if record.cluster != cluster or not record.live or record.intent is Intent.DESTROYED:
             continue
-        if record.managed_by == draft.lineage and record.vast_id is not None:
-            draft.destroy(
-                record, "removed_from_spec", f"cluster {record.cluster} is no longer declared"
-            )
+        if record.managed_by != draft.lineage:
+            continue
+        if record.vast_id is None:
+            continue  # a pending create: adopted from the listing first, then retired
+        draft.destroy(record, "removed_from_spec", f"cluster {cluster} is no longer declared")
 
 
 def _cluster_dph(draft: Draft, cluster: str) -> float:

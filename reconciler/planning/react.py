@@ -11,11 +11,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from reconciler.model.plan import Plan
-from reconciler.model.records import InstanceRecord, PoolState, Records, Request
+from reconciler.model.records import InstanceRecord, PoolState, Records, Request, RequestStatus
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets.detection import Detection
+from reconciler.planning import scaling
 from reconciler.planning.draft import Draft
 from reconciler.planning.lifecycle import apply_detections
+from reconciler.planning.plan import ACTION_ORDER
 
 
 def react(
@@ -38,6 +40,7 @@ def react(
         pools={**records.pools, **(pools or {})},
     )
     draft = Draft.start(updated, lineage=lineage, now=now)
+    _end_requests(draft, records, requests or {}, specs)
     by_cluster: dict[str, list[Detection]] = {}
     for found in detections:
         cluster = _cluster_of(found, updated)
@@ -51,12 +54,41 @@ def react(
         lineage=lineage,
         serial=serial,
         listing_fingerprint="",
-        actions=tuple(draft.actions),
+        actions=tuple(sorted(draft.actions, key=lambda a: ACTION_ORDER[a.kind])),
         costs=(),
         notes=tuple(draft.notes),
         detections=tuple(draft.detections),
         records=draft.finish(),
     )
+
+
+def _end_requests(
+    draft: Draft,
+    before: Records,
+    requests: Mapping[str, Request],
+    specs: Mapping[str, ClusterSpec],
+) -> None:
+    """Requests the watchdogs released or failed: their open slots ended with no worker and
+    count toward the breaker (DESIGN.md 10), and their candidates are ended at once."""
+    touched: set[str] = set()
+    for request in requests.values():
+        old = before.requests.get(request.id)
+        spec = specs.get(request.cluster)
+        ended = request.status in (RequestStatus.RELEASED, RequestStatus.FAILED)
+        if spec is None or old is None or old.status is not RequestStatus.OPEN or not ended:
+            continue
+        touched.add(spec.name)
+        why = f"request {request.id} {request.status.value} ({request.ended_reason})"
+        scaling.end_open_slots(
+            draft,
+            spec,
+            request,
+            status=request.status,
+            cls=request.ended_reason or request.status.value,
+            why=f"{len(request.open_slots)} slot(s) ended with no worker: {why}",
+        )
+    for name in sorted(touched):
+        scaling.settle_requests(draft, specs[name])
 
 
 def _cluster_of(found: Detection, records: Records) -> str | None:

@@ -81,6 +81,8 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
     if status == "running":
         first = record.first_running_at or now
         record = replace(record, provider_ok_at=now, first_running_at=first)
+    if record.phase is Phase.STOPPED and record.intent is Intent.STOPPED:
+        record = replace(record, call_attempts=0, retry_at=None)  # vast confirmed the stop
     if record.exempt and status == "running" and record.role is Role.CANDIDATE:
         # A node type without an agent never enrolls: running is as far as it can tell us.
         record = replace(record, role=Role.WORKER, enrolled_at=now, public_ip=seen.public_ipaddr)

@@ -2,19 +2,22 @@
 
 For each node type: the workers wanted are `min_workers` raised by Ray's pending demand and
 capped by `max_workers`. A shortfall not covered by open requests becomes a new request of n
-slots with its provisioning deadline fixed now; each open request keeps `candidate_factor`
-candidates per open slot, rented from the cheapest acceptable offers. A filled request's other
-candidates are destroyed; an expired one ends its slots without a worker, which is what the
-rent-loop breaker counts.
+slots with its provisioning deadline fixed now. A request rents at most `candidate_factor x n`
+candidates over its whole life (DESIGN.md 10), from the cheapest acceptable offers. A filled
+request's other candidates are destroyed. A slot that can no longer be filled (its request's
+live candidates plus the rentals it has left are fewer than its open slots) has ended with no
+worker at that moment, and counts toward the rent-loop breaker at once; filling the same need
+again is a new request, which the breaker may refuse. A lost worker is not capacity: Ray does not
+send it work, so a replacement may be placed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from reconciler.model.observed import Offer
-from reconciler.model.plan import Action, ActionKind, Unmet
+from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
     BlockEntry,
     BreakerState,
@@ -28,6 +31,7 @@ from reconciler.model.records import (
 )
 from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.nets.detection import Detection
+from reconciler.nets.reaper import Gate, refusal
 from reconciler.planning import offers as offer_picking
 from reconciler.planning.draft import Draft
 from reconciler.planning.lifecycle import apply_detections
@@ -46,40 +50,142 @@ def live_of(draft: Draft, cluster: str, node_type: str) -> list[InstanceRecord]:
 
 
 def settle_requests(draft: Draft, spec: ClusterSpec) -> None:
-    """Close filled requests (destroying their extra candidates) and expire overdue ones."""
+    """Close filled requests (destroying their extra candidates), expire overdue ones, end the
+    slots no candidate can fill any more, and end the candidates of requests that ended."""
+    index = RequestIndex.of(draft, spec.name)
     for request in list(draft.requests.values()):
-        if request.cluster != spec.name or request.status is not RequestStatus.OPEN:
+        if request.cluster != spec.name:
             continue
-        if not request.open_slots:
-            _close_filled(draft, request)
-        elif draft.now > request.provision_deadline:
-            _expire(draft, request, spec)
+        if request.status is not RequestStatus.OPEN:
+            _end_leftovers(draft, request, index)
+        elif not request.open_slots:
+            _close_filled(draft, request, index)
+        elif draft.now >= request.provision_deadline:
+            _expire(draft, request, spec, index)
+        else:
+            _end_hopeless_slots(draft, request, spec, index)
 
 
-def _candidates(draft: Draft, request: Request) -> list[InstanceRecord]:
-    return [
-        r
-        for r in live_of(draft, request.cluster, request.node_type)
-        if r.request_id == request.id and r.role is Role.CANDIDATE
-    ]
+@dataclass
+class RequestIndex:
+    """One cluster's candidates by request, and the rentals each request has used, built once
+    per plan (a scan of every record per request would make planning quadratic)."""
+
+    candidates: dict[str, list[InstanceRecord]]
+    used: dict[str, int]
+
+    @classmethod
+    def of(cls, draft: Draft, cluster: str) -> RequestIndex:
+        candidates: dict[str, list[InstanceRecord]] = {}
+        used: dict[str, int] = {}
+        for r in draft.instances.values():
+            if r.cluster != cluster or r.request_id is None:
+                continue
+            # a create that never left a billed instance (offer gone, nothing rentable) is no
+            # rental; everything else, ended or not, is
+            if r.vast_id is not None or r.live:
+                used[r.request_id] = used.get(r.request_id, 0) + 1
+            if r.live and r.role is Role.CANDIDATE and r.intent is not Intent.DESTROYED:
+                candidates.setdefault(r.request_id, []).append(r)
+        return cls(candidates, used)
+
+    def live(self, draft: Draft, request: Request) -> list[InstanceRecord]:
+        """The request's candidates still alive in the draft (not doomed, not ended since)."""
+        return [
+            c
+            for c in self.candidates.get(request.id, [])
+            if c.id not in draft.doomed and draft.instances[c.id].intent is not Intent.DESTROYED
+        ]
+
+    def left(self, request: Request, node_type: NodeType) -> int:
+        """Rentals a request may still make: `candidate_factor x n` over its whole life."""
+        cap = node_type.candidate_factor * len(request.slots)
+        return max(0, cap - self.used.get(request.id, 0))
 
 
-def _close_filled(draft: Draft, request: Request) -> None:
+def _end_hopeless_slots(
+    draft: Draft, request: Request, spec: ClusterSpec, index: RequestIndex
+) -> None:
+    """Slots that neither a live candidate nor a rental left can fill: ended with no worker now."""
+    node_type = spec.node_types.get(request.node_type)
+    if node_type is None:
+        return
+    live = len(index.live(draft, request))
+    left = index.left(request, node_type)
+    hopeless = len(request.open_slots) - (live + left)
+    if hopeless <= 0:
+        return
+    cap = node_type.candidate_factor * len(request.slots)
+    why = (
+        f"{hopeless} slot(s) of request {request.id} ended with no worker: every candidate "
+        f"ended without enrolling ({cap - left} of {cap} rentals used)"
+    )
+    end_open_slots(
+        draft,
+        spec,
+        request,
+        status=RequestStatus.EXPIRED,
+        cls="no_worker",
+        why=why,
+        count=hopeless,
+    )
+
+
+def end_open_slots(
+    draft: Draft,
+    spec: ClusterSpec,
+    request: Request,
+    *,
+    status: RequestStatus,
+    cls: str,
+    why: str,
+    count: int | None = None,
+) -> None:
+    """End `count` (default: all) of a request's open slots with no worker, ledger it, and count
+    them toward the breaker; the request ends with `status` once no slot is open."""
+    ending = request.open_slots[-count:] if count else request.open_slots
+    if not ending:
+        return
+    ids = {s.id for s in ending}
+    slots = tuple(
+        replace(s, ended_without_worker=True) if s.id in ids else s for s in request.slots
+    )
+    updated = replace(request, slots=slots)
+    if not updated.open_slots:
+        filled = any(s.worker for s in slots)
+        updated = replace(
+            updated, status=RequestStatus.FILLED if filled else status, ended_reason=cls
+        )
+    draft.requests[request.id] = updated
+    draft.detections.append(Detection(request.id, "slots_no_worker", why, cluster=spec.name))
+    count_empty_slots(draft, spec, request.node_type, len(ending))
+
+
+def _end_leftovers(draft: Draft, request: Request, index: RequestIndex) -> None:
+    """A request that ended (filled, released, failed, expired) keeps no candidates: nobody will
+    let them enroll, and they bill while they pull."""
+    for extra in index.live(draft, request):
+        draft.destroy(extra, "extra_candidate", f"request {request.id} is {request.status.value}")
+
+
+def _close_filled(draft: Draft, request: Request, index: RequestIndex) -> None:
     draft.requests[request.id] = replace(request, status=RequestStatus.FILLED)
-    for extra in _candidates(draft, request):
+    for extra in index.live(draft, request):
         draft.destroy(extra, "extra_candidate", f"request {request.id} has a worker in every slot")
 
 
-def _expire(draft: Draft, request: Request, spec: ClusterSpec) -> None:
+def _expire(draft: Draft, request: Request, spec: ClusterSpec, index: RequestIndex) -> None:
     empty = len(request.open_slots)
-    slots = tuple(s if s.worker else replace(s, ended_without_worker=True) for s in request.slots)
-    draft.requests[request.id] = replace(request, slots=slots, status=RequestStatus.EXPIRED)
     why = f"request {request.id} passed its provisioning deadline with {empty} empty slot(s)"
     found = [
-        Detection(c.id, "provision_deadline", why, c.vast_id) for c in _candidates(draft, request)
+        Detection(c.id, "provision_deadline", why, c.vast_id)
+        for c in index.live(draft, request)
+        if refusal(c, lineage=draft.lineage, now=draft.now, gate=Gate()) is None
     ]
     apply_detections(draft, found, spec)
-    count_empty_slots(draft, spec, request.node_type, empty)
+    end_open_slots(
+        draft, spec, request, status=RequestStatus.EXPIRED, cls="provision_deadline", why=why
+    )
 
 
 def count_empty_slots(draft: Draft, spec: ClusterSpec, node_type: str, empty: int) -> None:
@@ -118,6 +224,7 @@ def scale(
     if len(workers) > node_type.max_workers:
         _scale_down(draft, workers, len(workers) - node_type.max_workers)
         return
+    workers = [w for w in workers if not w.lost]  # out of rotation: not capacity
     paused = draft.breaker(spec.name, node_type.name).paused_until
     if paused is not None and paused > draft.now:
         draft.notes.append(f"{spec.name}/{node_type.name}: launches paused by the breaker")
@@ -126,13 +233,18 @@ def scale(
     shortfall = wanted - len(workers) - sum(len(r.open_slots) for r in requests)
     if shortfall > 0:
         requests.append(_place(draft, spec, node_type, shortfall))
-    by_request: dict[str | None, list[InstanceRecord]] = {}
-    for record in live:
-        if record.role is Role.CANDIDATE:
-            by_request.setdefault(record.request_id, []).append(record)
+    index = RequestIndex.of(draft, spec.name)
     for request in requests:
-        have = by_request.get(request.id, [])
-        _rent_for(draft, spec, node_type, request, have=have, offers=offers, budget=budget)
+        _rent_for(
+            draft,
+            spec,
+            node_type,
+            request,
+            have=index.live(draft, request),
+            left=index.left(request, node_type),
+            offers=offers,
+            budget=budget,
+        )
 
 
 def _open_requests(draft: Draft, cluster: str, node_type: str) -> list[Request]:
@@ -165,10 +277,13 @@ def _rent_for(
     request: Request,
     *,
     have: list[InstanceRecord],
+    left: int,
     offers: Sequence[Offer],
     budget: offer_picking.Budget,
 ) -> None:
-    need = node_type.candidate_factor * len(request.open_slots) - len(have)
+    """Candidates for a request's open slots: `candidate_factor` per open slot alive at once,
+    and never more than the `left` rentals of its life."""
+    need = min(node_type.candidate_factor * len(request.open_slots) - len(have), left)
     if need <= 0:
         return
     selection = offer_picking.choose(
@@ -202,10 +317,19 @@ def _rent_for(
         )
     if len(selection.chosen) < need:
         draft.unmet.append(Unmet(spec.name, node_type.name, need - len(selection.chosen)))
-        draft.notes.append(
-            f"{spec.name}/{node_type.name}: {need - len(selection.chosen)} candidate(s) of "
-            f"request {request.id} found no acceptable offer"
+        why = f"{need - len(selection.chosen)} candidate(s) found no acceptable offer" + (
+            f" ({_skip_summary(selection.skipped)})" if selection.skipped else ""
         )
+        draft.notes.append(f"{spec.name}/{node_type.name}: request {request.id}: {why}")
+        current = draft.requests[request.id]
+        if current.dispatch_error != why:
+            draft.requests[request.id] = replace(current, dispatch_error=why)
+
+
+def _skip_summary(skipped: Sequence[SkippedOffer]) -> str:
+    """Why offers were skipped, in one phrase for the ledger and `status`."""
+    more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+    return f"offer {skipped[0].offer_id}: {skipped[0].why}{more}"
 
 
 def _blocked(draft: Draft, cluster: str) -> dict[int, BlockEntry]:
@@ -215,7 +339,9 @@ def _blocked(draft: Draft, cluster: str) -> dict[int, BlockEntry]:
 def _scale_down(draft: Draft, workers: list[InstanceRecord], surplus: int) -> None:
     """The newest unpinned workers go first: they hold the least work."""
     movable = sorted(
-        (w for w in workers if not w.pinned), key=lambda w: w.enrolled_at or 0, reverse=True
+        (w for w in workers if not w.held(draft.now)),
+        key=lambda w: w.enrolled_at or 0,
+        reverse=True,
     )
     for worker in movable[:surplus]:
         draft.destroy(worker, "scale_down", "more workers than max_workers")

@@ -10,7 +10,7 @@ the loop that sleeps between ticks is `run`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -22,26 +22,37 @@ from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.head import tokens
 from reconciler.model.observation import NodeKey
-from reconciler.model.plan import Plan
-from reconciler.model.records import ClusterRecord, InstanceRecord, Records
+from reconciler.model.plan import ActionKind, Plan
+from reconciler.model.records import Alert, ClusterRecord, InstanceRecord, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle, lost, never_reported, pools, went_silent
 from reconciler.nets.base import NetResult
 from reconciler.nets.detection import Detection
-from reconciler.planning import retention
+from reconciler.planning import deadlines, guards, retention
 from reconciler.planning.react import react
 from reconciler.state.ledger import LedgerKind
 from reconciler.watch.schedule import Schedule
 
 
 class Signals(Protocol):
-    """What the controller learns from Ray and the agents, read once per tick."""
+    """What the controller learns from Ray and the agents, read once per tick. Anything that
+    could not be read is "unknown" (None), never "no demand" or "idle"."""
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]: ...
+    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None: ...
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]: ...
 
     def probes(self, records: Records) -> Mapping[str, bool]: ...
+
+    def work(self, records: Records) -> Mapping[str, bool] | None:
+        """Per record: whether Ray reports work on its node (leased resources, actors,
+        placement-group bundles); None when Ray could not be read."""
+        ...
+
+    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
+        """Ask Ray to stop scheduling onto these records' nodes (a lost worker leaves
+        rotation); best effort."""
+        ...
 
 
 class AgentSignals:
@@ -62,6 +73,12 @@ class AgentSignals:
     def probes(self, records: Records) -> Mapping[str, bool]:
         return {}
 
+    def work(self, records: Records) -> Mapping[str, bool] | None:
+        return None
+
+    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
+        return None
+
 
 @dataclass
 class TickReport:
@@ -71,6 +88,12 @@ class TickReport:
     results: list[ApplyResult] = field(default_factory=list)
     records: Records | None = None  # as the tick left them
 
+
+# Jobs that run only with a complete listing: recorded as run only when the listing was had.
+LISTING_JOBS = frozenset({"reconcile", "orphan_sweep"})
+# Clusters no longer declared are pruned on this cadence (the default reconcile cadence).
+PRUNE_KEY = "\x00pruning"
+PRUNE_SECONDS = 60.0
 
 MachineNet = Callable[..., NetResult]
 MACHINE_NETS: Mapping[str, MachineNet] = {
@@ -97,6 +120,10 @@ class Controller:
     # The machine nets and the idle scanner, by job name; the benchmarks swap in other policies.
     machine_nets: Mapping[str, MachineNet] = field(default_factory=lambda: dict(MACHINE_NETS))
     idle_scanner: bool = True
+    # When each cluster was last listed completely, and the clusters to list at the next tick
+    # because a machine of theirs just ended (its slot may need a replacement at once).
+    listed_at: dict[str, float] = field(default_factory=dict)
+    _wake: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.set_specs(self.specs)
@@ -155,7 +182,13 @@ class Controller:
                 now=self.clock.now,
                 progress=self.progress,
             )
-            return executor.apply(plan)
+            result = executor.apply(plan)
+            self._wake |= {
+                a.cluster
+                for a in result.done
+                if a.kind is ActionKind.DESTROY and a.cluster in self.specs
+            }
+            return result
 
     # --- one tick ------------------------------------------------------------------------------
 
@@ -164,20 +197,77 @@ class Controller:
             now = self.clock.now()
             report = TickReport(now)
             due = {name: s.due(now) for name, s in self.schedules.items()}
+            for name in self.specs:
+                if self._listing_due(name, now) and "reconcile" not in due[name]:
+                    due[name].append("reconcile")
             report.jobs = due
-            if any("reconcile" in jobs for jobs in due.values()):
+            ran: dict[str, list[str]] = {
+                name: [j for j in jobs if j not in LISTING_JOBS] for name, jobs in due.items()
+            }
+            if any("reconcile" in jobs for jobs in due.values()) or self._pruning_due(now):
                 self.mutate(tokens.prune)  # join tokens nobody can use any more
                 self.mutate(retention.prune)  # machines ended long ago: the ledger keeps them
-                self._reconcile(now, due, report)
+                for name, jobs in self._reconcile(now, due, report).items():
+                    ran.setdefault(name, []).extend(jobs)
+            self._update_pins(now)
             self._run_nets(now, due, report)
-            for name, jobs in due.items():
-                self.schedules[name].ran(jobs, now)
+            for name, jobs in ran.items():
+                if name in self.schedules:
+                    self.schedules[name].ran(jobs, now)
             report.records = self.journal.records()
             return report
 
-    def _reconcile(self, now: float, due: Mapping[str, list[str]], report: TickReport) -> None:
+    def next_wakeup(self, now: float) -> float:
+        """Seconds until the next tick has work: the next job of any cadence, or the earliest
+        deadline a record holds (a limit fires within seconds of its threshold)."""
+        with self.lock:
+            waits = [s.next_due(now) for s in self.schedules.values()]
+            if self._wake:
+                waits.append(0.0)
+            records = self.journal.records()
+            for name, spec in self.specs.items():
+                at = deadlines.next_listing(
+                    records.instances.values(),
+                    records.requests.values(),
+                    spec,
+                    after=self.listed_at.get(name, float("-inf")),
+                )
+                if at is not None:
+                    waits.append(max(0.0, at - now))
+            return min(waits) if waits else 30.0
+
+    def _listing_due(self, name: str, now: float) -> bool:
+        """A record's deadline has come (or a machine just ended): list now, not at the cadence."""
+        if name in self._wake:
+            return True
+        records = self.journal.records()
+        at = deadlines.next_listing(
+            records.instances.values(),
+            records.requests.values(),
+            self.specs[name],
+            after=self.listed_at.get(name, float("-inf")),
+        )
+        return at is not None and at <= now
+
+    def _pruning_due(self, now: float) -> bool:
+        """Records of a cluster no spec declares any more are pruned on the default reconcile
+        cadence even when no declared cluster is due (or none is left)."""
+        if now - self.listed_at.get(PRUNE_KEY, float("-inf")) < PRUNE_SECONDS:
+            return False
+        lineage = self.journal.lineage
+        return any(
+            r.live and r.managed_by == lineage and r.cluster not in self.specs
+            for r in self.journal.records().instances.values()
+        )
+
+    def _reconcile(
+        self, now: float, due: Mapping[str, list[str]], report: TickReport
+    ) -> dict[str, list[str]]:
+        """List and plan the due clusters; the jobs that really ran, by cluster (a failed listing
+        runs none: the reconcile and the sweep stay due)."""
         specs = [s for name, s in self.specs.items() if "reconcile" in due.get(name, [])]
         sweep = any("orphan_sweep" in due.get(s.name, []) for s in specs)
+        demand = self.signals.demand(self.specs)
         plan = observe_and_plan(
             self.provider,
             specs,
@@ -185,15 +275,61 @@ class Controller:
             lineage=self.journal.lineage,
             serial=self.journal.serial,
             now=now,
-            demand=self.signals.demand(self.specs),
+            demand=demand or {},
             sweep_orphans=sweep,
+            declared=set(self.specs),
         )
         if plan.errored:
             for error in plan.errors:
                 for spec in specs:
                     self.journal.log(spec.name, LedgerKind.NOTE, "listing_unknown", error)
-            return
+            return {}
+        for spec in specs:
+            self.listed_at[spec.name] = now
+            self._wake.discard(spec.name)
+        self.listed_at[PRUNE_KEY] = now
+        plan, held = guards.hold_mass_destroys(plan, self.journal.records())
+        for cluster, why in held:
+            self.raise_alert(cluster, "mass_destroy_refused", why, now=now)
         report.results.append(self.execute(plan))
+        return {s.name: ["reconcile", *(["orphan_sweep"] if sweep else [])] for s in specs}
+
+    def raise_alert(
+        self, cluster: str, cls: str, message: str, *, now: float, record: str | None = None
+    ) -> None:
+        """An alert for a person: in the records (`status`), the ledger and the log; the same
+        alert is not raised again within an hour."""
+        with self.lock:
+            records = self.journal.records()
+            recent = any(
+                a.cluster == cluster and a.cls == cls and a.record == record and now - a.at < 3600
+                for a in records.alerts
+            )
+            if recent:
+                return
+            alert = Alert(now, cluster, cls, message, record)
+            self.journal.save(replace(records, alerts=(*records.alerts, alert)))
+            self.journal.log(cluster, LedgerKind.DETECTION, cls, message, record=record)
+            self.progress(f"ALERT {cluster}: {cls}: {message}")
+
+    def _update_pins(self, now: float) -> None:
+        """Reaper gate 3 from Ray: a machine is pinned while Ray reports work on its node. When
+        Ray cannot be read the last known pins stay (unknown is never "no work")."""
+        work = self.signals.work(self.journal.records())
+        if work is None:
+            return
+
+        def pin(records: Records, _now: float) -> Records:
+            changed = {
+                r.id: replace(r, pinned=bool(work.get(r.id)))
+                for r in records.instances.values()
+                if r.live and r.pinned != bool(work.get(r.id))
+            }
+            if not changed:
+                return records
+            return replace(records, instances={**records.instances, **changed})
+
+        self.mutate(pin)
 
     def _run_nets(self, now: float, due: Mapping[str, list[str]], report: TickReport) -> None:
         records = self._with_probes(self.journal.records(), now)
@@ -220,6 +356,7 @@ class Controller:
         if not found and not instances and not request_result.requests and not request_result.pools:
             return
         self._announce(found, records, instances)
+        self._drain_lost(records, instances)
         report.detections += found
         plan = react(
             records,
@@ -233,6 +370,17 @@ class Controller:
             pools=request_result.pools,
         )
         report.results.append(self.execute(plan))
+
+    def _drain_lost(self, records: Records, updates: Mapping[str, InstanceRecord]) -> None:
+        """A worker just marked lost leaves rotation: Ray stops sending it work (while Ray still
+        sees it), and the planner no longer counts it as capacity. Never a destroy."""
+        newly = [
+            rid
+            for rid, r in updates.items()
+            if r.lost and not (records.instances.get(rid) or r).lost
+        ]
+        if newly:
+            self.signals.drain(records, newly, "lost: no liveness channel answers")
 
     def _take(
         self,
@@ -297,12 +445,7 @@ class Controller:
             report = self.tick()
             if on_tick:
                 on_tick(report)
-            wait = (
-                min(s.next_due(self.clock.now()) for s in self.schedules.values())
-                if self.schedules
-                else 30.0
-            )
-            stop.wait(max(0.5, wait))
+            stop.wait(max(0.5, self.next_wakeup(self.clock.now())))
 
 
 def _pool_jobs(

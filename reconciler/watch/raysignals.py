@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reconciler.model.observation import NodeKey
@@ -26,6 +26,7 @@ log = logging.getLogger("ray_vast")
 
 ALIVE = 0  # GcsNodeInfo.GcsNodeState.ALIVE
 IDLE = 3  # autoscaler NodeStatus.IDLE
+DEAD = 2  # autoscaler NodeStatus.DEAD
 
 
 class RaySignals:
@@ -61,7 +62,7 @@ class RaySignals:
     def _state(self) -> Any:
         return self._resource_state(self._gcs())
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]:
+    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
         spec = specs.get(self.cluster)
         if spec is None:
             return {}
@@ -69,7 +70,7 @@ class RaySignals:
             state = self._state()
         except Exception as exc:
             log.warning("Ray demand not read: %s", exc)
-            return {}
+            return None
         counts: dict[NodeKey, int] = {}
         for request in state.pending_resource_requests:
             key = (spec.name, _node_type_for(spec, dict(request.request.resources_bundle)))
@@ -93,6 +94,47 @@ class RaySignals:
             if node is not None:
                 out[record_id] = node.status != IDLE
         return out
+
+    def work(self, records: Records) -> Mapping[str, bool] | None:
+        """Ray's view of work per record: a node Ray does not report IDLE has leased resources,
+        actors or placement-group bundles on it (autoscaler v2's node status); a dead or unknown
+        node holds no work."""
+        try:
+            state = self._state()
+            nodes = self._records_by_node()
+        except Exception as exc:
+            log.warning("Ray work not read: %s", exc)
+            return None
+        out: dict[str, bool] = {}
+        for node in state.node_states:
+            record_id = nodes.get(bytes(node.node_id).hex())
+            if record_id is not None:
+                out[record_id] = node.status not in (IDLE, DEAD)
+        return out
+
+    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
+        """Ray stops scheduling onto these nodes (DrainNode, as autoscaler v2 drains). A lost
+        node is drained for preemption: it may come back, and is not ours to kill here."""
+        try:
+            by_record = {r: n for n, r in self._records_by_node().items()}
+            gcs = self._gcs()
+            from ray.core.generated import autoscaler_pb2  # noqa: PLC0415
+        except Exception as exc:
+            log.warning("Ray nodes not drained: %s", exc)
+            return
+        why = autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
+            "DRAIN_NODE_REASON_PREEMPTION"
+        )
+        for record_id in record_ids:
+            node = by_record.get(record_id)
+            if node is None:
+                continue
+            try:
+                accepted, refusal = gcs.drain_node(node, why, reason, 0)
+            except Exception as exc:
+                log.warning("Ray node of %s not drained: %s", record_id, exc)
+                continue
+            log.info("Ray node of %s drained (%s): %s", record_id, accepted, refusal or reason)
 
     def probes(self, records: Records) -> Mapping[str, bool]:
         try:

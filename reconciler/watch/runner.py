@@ -11,12 +11,12 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from reconciler.applying.journal import Journal
 from reconciler.applying.launch import ImageLauncher, Launcher
@@ -37,6 +37,14 @@ class Service(Protocol):
     """Something watch runs beside the loop (the head's enrollment and heartbeat servers)."""
 
     def stop(self) -> None: ...
+
+
+@runtime_checkable
+class AlertCounting(Protocol):
+    """A service that counts the alerts it did not add again (the head: the same alert within a
+    minute), for the metrics."""
+
+    def alert_repeats(self) -> Mapping[tuple[str, str], int]: ...
 
 
 # Builds the launcher and the services for a controller (the head, when workers run the agent).
@@ -107,12 +115,12 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
             started = time.monotonic()
             report = controller.tick()
             ticks += 1
-            _refresh(gauges, controller, time.monotonic() - started, ticks)
+            _refresh(gauges, controller, time.monotonic() - started, ticks, services)
             if options.on_tick:
                 options.on_tick(report)
             if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
                 break
-            wait = min(s.next_due(deps.clock.now()) for s in controller.schedules.values())
+            wait = controller.next_wakeup(deps.clock.now())
             _sleep(deps, options.stop, min(wait, POLL_SECONDS))
     finally:
         for service in services:
@@ -142,6 +150,15 @@ def _reload(source: SpecSource, controller: Controller, deps: Deps, logger: logg
     if not loaded.ok:
         logger.warning("specs changed but do not load; the previous specs stay in force")
         _report_invalid(deps, loaded)
+        first = loaded.diagnostics.errors()[:1]
+        detail = diag_view.human_line(first[0]) if first else "the spec directory does not load"
+        for name in controller.specs:
+            controller.raise_alert(
+                name,
+                "specs_invalid",
+                f"the spec directory does not load ({detail}); the last good specs stay in force",
+                now=deps.clock.now(),
+            )
         return
     controller.set_specs({s.name: s for s in loaded.clusters}, revision=source.revision)
     revision = f" at revision {source.revision}" if source.revision else ""
@@ -168,8 +185,21 @@ def _metrics(
     return server
 
 
-def _refresh(gauges: Gauges, controller: Controller, seconds: float, ticks: int) -> None:
+def _refresh(
+    gauges: Gauges,
+    controller: Controller,
+    seconds: float,
+    ticks: int,
+    services: Sequence[Service] = (),
+) -> None:
     gauges.records = controller.records()
+    gauges.now = controller.clock.now()
+    repeats: dict[tuple[str, str], int] = {}
+    for service in services:
+        if isinstance(service, AlertCounting):
+            for key, n in service.alert_repeats().items():
+                repeats[key] = repeats.get(key, 0) + n
+    gauges.alert_repeats = repeats
     gauges.detections_by_net = dict(controller.detections_by_net)
     counters = getattr(controller.provider, "counters", None)
     gauges.requests = dict(counters) if isinstance(counters, Mapping) else {}

@@ -1,0 +1,48 @@
+"""When a cluster next needs a listing: the earliest deadline any of its records holds.
+
+A limit has to fire within seconds of its threshold, not at the next 60-s reconcile (DESIGN.md 10,
+"Limits on time"). The limits that a listing checks are kept as times on the records (when a
+candidate was first seen running, the last listing that showed an instance, a request's
+provisioning deadline, when a destroy or stop is due to be sent again); the earliest of them is
+when the controller lists next. Pure: `now` is never read, the caller says after when to look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from reconciler.model.records import InstanceRecord, Intent, Phase, Request, RequestStatus
+from reconciler.model.spec import ClusterSpec
+from reconciler.nets import candidate_limits
+
+
+def next_listing(
+    instances: Iterable[InstanceRecord],
+    requests: Iterable[Request],
+    spec: ClusterSpec,
+    *,
+    after: float,
+) -> float | None:
+    """The earliest deadline of `spec`'s cluster strictly later than `after` (the last listing),
+    or None when no record holds one. A deadline at or before `after` was already looked at by
+    that listing; it is not asked for again (a refusal would otherwise list in a loop)."""
+    times = [t for t in _deadlines(instances, requests, spec) if t > after]
+    return min(times) if times else None
+
+
+def _deadlines(
+    instances: Iterable[InstanceRecord], requests: Iterable[Request], spec: ClusterSpec
+) -> Iterable[float]:
+    for record in instances:
+        if record.cluster != spec.name or not record.live:
+            continue
+        limit = candidate_limits.deadline(record, spec)
+        if limit is not None:
+            yield limit
+        if record.intent is not Intent.RUNNING and record.retry_at is not None:
+            yield record.retry_at
+        if record.phase is Phase.PENDING_CREATE:
+            yield record.created_at + spec.watchdogs.orphan_grace_seconds
+    for request in requests:
+        if request.cluster == spec.name and request.status is RequestStatus.OPEN:
+            yield request.provision_deadline

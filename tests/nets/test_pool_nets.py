@@ -71,3 +71,62 @@ def test_no_pool_net_ever_names_a_machine() -> None:
     ]
     for result in results:
         assert all(d.record == "q1" and d.vast_id is None for d in result.detections)
+
+
+# --- what the first build got wrong (issue 12, finding 3 and 7) -----------------------------
+
+
+def test_pool_idle_release_never_releases_what_min_workers_needs() -> None:
+    """Finding 3: a cold pull longer than the pool idle window never came up, because the
+    release cancelled the very request min_workers had placed."""
+    needed = spec(min_workers=1)
+    state = replace(records(request()), pools={"c1/gpu": PoolState(NOW - 99_999)})
+    kept = pools.pool_idle_release(state, {needed.name: needed}, demand={}, busy={}, now=NOW)
+    assert kept.requests == {}
+    two = spec(min_workers=1)
+    above = replace(
+        records(request("q1", placed_at=NOW - 100), request("q2", placed_at=NOW - 10)),
+        pools={"c1/gpu": PoolState(NOW - 99_999)},
+    )
+    released = pools.pool_idle_release(above, {two.name: two}, demand={}, busy={}, now=NOW)
+    assert set(released.requests) == {"q2"}  # the newest, above min_workers
+
+
+def test_pool_idle_release_reads_unknown_demand_as_active() -> None:
+    state = replace(records(request()), pools={"c1/gpu": PoolState(NOW - 99_999)})
+    unknown = pools.pool_idle_release(state, SPECS, demand=None, busy={}, now=NOW)
+    assert unknown.requests == {} and unknown.pools == {"c1/gpu": PoolState(None)}
+
+
+def test_no_consumer_with_ray_unreadable_fails_nothing() -> None:
+    """Finding 7: a failed Ray read counted as "no demand" and cancelled requests in flight."""
+    assert pools.no_consumer(records(request()), SPECS, demand=None).requests == {}
+
+
+def test_a_lost_worker_does_not_meet_min_workers() -> None:
+    needed = spec(min_workers=1)
+    lost = record("w1", vast_id=1, role=Role.WORKER, phase=Phase.SERVING, lost=True)
+    result = pools.no_consumer(records(request(), lost), {needed.name: needed}, demand={})
+    assert result.requests == {}
+
+
+def test_stuck_dispatch_says_why_and_restarts_the_queue_wait() -> None:
+    """Finding 7: the reset changed nothing a later step read. Now the request waits in the
+    queue again from the reset, and the queue-wait timeout fails it if nothing rents."""
+    stuck = request(
+        placed_at=NOW - 99_999,
+        dispatched_at=NOW - 120,
+        dispatch_error="1 candidate(s) found no acceptable offer (offer 3: host is blocked)",
+    )
+    reset = pools.stuck_dispatch(records(stuck), SPECS, now=NOW, cadence=60)
+    back = reset.requests["q1"]
+    assert back.dispatched_at is None and back.queued_at == NOW
+    assert "host is blocked" in reset.detections[0].detail
+    assert "searching afresh" in reset.detections[0].detail
+    # the old placement time no longer fails it at once ...
+    assert pools.queue_wait(records(back), SPECS, now=NOW + 60).requests == {}
+    # ... the queue wait from the reset does
+    late = NOW + W.queue_wait_timeout_seconds
+    failed = pools.queue_wait(records(back), SPECS, now=late)
+    assert failed.requests["q1"].status is RequestStatus.FAILED
+    assert "host is blocked" in failed.detections[0].detail

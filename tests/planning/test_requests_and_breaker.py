@@ -1,0 +1,190 @@
+"""Requests and the rent-loop breaker as the seed words them (DESIGN.md 10), on the real planner.
+
+A request of n slots rents at most `candidate_factor x n` candidates over its whole life; a slot
+that can no longer be filled ends with no worker at once and counts toward the breaker; the next
+attempt is a new request that the breaker may refuse. Finding 2 of issue 12: failed candidates
+were replaced at every reconcile and slots counted only at the 30-minute deadline, so an image
+that never enrolls rented 9 machines in 4 minutes and never opened the breaker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reconciler.model.observation import Observation
+from reconciler.model.observed import Instance
+from reconciler.model.plan import ActionKind, Plan
+from reconciler.model.records import (
+    BreakerState,
+    Intent,
+    Phase,
+    Records,
+    RequestStatus,
+    Role,
+    breaker_key,
+)
+from reconciler.model.spec import ClusterSpec
+from reconciler.planning.plan import plan
+from reconciler.planning.react import react
+from tests.planning.builders import LINEAGE, NOW, offer, record, records, request, row, spec
+
+OFFERS = tuple(offer(i, 0.1 * i) for i in range(1, 12))
+SPEC = spec(min_workers=1, factor=2)
+
+
+def plan_of(state: Records, listing: list[Instance], s: ClusterSpec = SPEC) -> Plan:
+    observation = Observation(listing=tuple(listing), offers={(s.name, "gpu"): OFFERS})
+    return plan([s], observation, state, lineage=LINEAGE, serial=1, now=NOW)
+
+
+def rents(p: Plan) -> list[str]:
+    return [a.record or "" for a in p.actions if a.kind is ActionKind.RENT]
+
+
+def ended(ident: str) -> object:
+    return record(
+        ident,
+        vast_id=abs(hash(ident)) % 10_000 + 1,
+        phase=Phase.DESTROYED,
+        intent=Intent.DESTROYED,
+        ended_reason="enrollment_timeout",
+    )
+
+
+def test_a_request_rents_at_most_factor_times_n_over_its_life() -> None:
+    # one slot, factor 2: one candidate already failed, one still pulls -> nothing more to rent
+    state = records(request(), ended("i1"), record("i2", vast_id=2))  # type: ignore[arg-type]
+    p = plan_of(state, [row(state.instances["i2"])])
+    assert rents(p) == []
+    assert p.records.requests["q1"].status is RequestStatus.OPEN
+
+
+def test_a_slot_whose_candidates_all_ended_counts_at_once_and_a_new_request_replaces_it() -> None:
+    state = records(request(), ended("i1"), ended("i2"))  # type: ignore[arg-type]
+    p = plan_of(state, [])
+    q1 = p.records.requests["q1"]
+    assert q1.status is RequestStatus.EXPIRED and q1.slots[0].ended_without_worker
+    assert p.records.breakers[breaker_key("c1", "gpu")] == BreakerState(1, None)
+    assert [d.cls for d in p.detections] == ["slots_no_worker"]
+    assert "2 of 2 rentals used" in p.detections[0].detail
+    new = [r for r in p.records.requests.values() if r.id != "q1"]
+    assert len(new) == 1 and new[0].status is RequestStatus.OPEN  # the same need, a new request
+    assert len(rents(p)) == 2 and {a.request for a in p.actions} == {new[0].id}
+
+
+def test_the_third_such_slot_opens_the_breaker_and_nothing_is_rented() -> None:
+    state = replace(
+        records(request(), ended("i1"), ended("i2")),  # type: ignore[arg-type]
+        breakers={breaker_key("c1", "gpu"): BreakerState(2, None)},
+    )
+    p = plan_of(state, [])
+    paused = p.records.breakers[breaker_key("c1", "gpu")]
+    assert paused.paused_until == NOW + SPEC.breaker.pause_seconds
+    assert [a.kind for a in p.actions] == [ActionKind.PAUSE]
+    assert rents(p) == []
+
+
+def test_only_the_slots_nobody_can_fill_end() -> None:
+    # 3 slots, factor 2 = 6 rentals: 5 failed, 1 pulls -> 2 slots end now, 1 waits for it
+    failed = [ended(f"i{n}") for n in range(1, 6)]
+    pulling = record("i6", vast_id=6)
+    state = records(request(slots=3), *failed, pulling)  # type: ignore[arg-type]
+    p = plan_of(state, [row(pulling)])
+    q1 = p.records.requests["q1"]
+    assert [s.ended_without_worker for s in q1.slots] == [False, True, True]
+    assert q1.status is RequestStatus.OPEN
+    assert p.records.breakers[breaker_key("c1", "gpu")].consecutive_empty == 2
+
+
+def test_a_create_that_left_no_instance_is_not_a_rental() -> None:
+    gone = record("i1", vast_id=None, phase=Phase.DESTROYED, intent=Intent.DESTROYED)
+    state = records(request(), gone)
+    assert len(rents(plan_of(state, []))) == 2
+
+
+def test_released_and_failed_requests_count_toward_the_breaker() -> None:
+    state = records(request("q1"), request("q2"), record("i1", vast_id=1, request="q1"))
+    ending = {
+        "q1": replace(
+            state.requests["q1"], status=RequestStatus.RELEASED, ended_reason="pool_idle_release"
+        ),
+        "q2": replace(
+            state.requests["q2"], status=RequestStatus.FAILED, ended_reason="queue_wait_timeout"
+        ),
+    }
+    p = react(state, [], {"c1": SPEC}, lineage=LINEAGE, serial=1, now=NOW, requests=ending)
+    assert p.records.breakers[breaker_key("c1", "gpu")].consecutive_empty == 2
+    assert all(s.ended_without_worker for r in p.records.requests.values() for s in r.slots)
+    # the released request's candidate is ended at once, not left to pull and bill
+    assert [(a.kind, a.record) for a in p.actions] == [(ActionKind.DESTROY, "i1")]
+
+
+def test_a_lost_worker_is_not_capacity() -> None:
+    """Finding 8: lost workers counted as capacity, so nothing replaced them until went-silent
+    ended them."""
+    lost = record("w1", vast_id=1, role=Role.WORKER, phase=Phase.SERVING, request="q0", lost=True)
+    filled = request("q0", workers=("w1",), status=RequestStatus.FILLED)
+    p = plan_of(records(lost, filled), [row(lost)])
+    assert len(rents(p)) == 2
+    assert not [a for a in p.actions if a.kind is ActionKind.DESTROY]  # lost never destroys
+
+
+def test_a_stop_vast_has_not_confirmed_bills_in_full_and_is_sent_again() -> None:
+    """Finding 6: a failed stop was never sent again and was priced as storage only, so the
+    budget admitted more rentals while it still billed in full."""
+    stopping = record(
+        "w1",
+        vast_id=1,
+        role=Role.WORKER,
+        phase=Phase.STOPPING,
+        intent=Intent.STOPPED,
+        call_attempts=1,
+        retry_at=NOW - 1,
+        request="q0",
+    )
+    assert stopping.billing_dph == stopping.dph_total
+    s = spec(min_workers=0)
+    p = plan_of(records(stopping), [row(stopping)], s)
+    assert [(a.kind, a.reason) for a in p.actions] == [(ActionKind.STOP, "finish_stop")]
+    before = next(c for c in p.costs if c.cluster == "c1").before
+    assert before == stopping.dph_total
+    confirmed = plan_of(records(stopping), [row(stopping, actual_status="stopped")], s)
+    assert confirmed.actions == ()
+    done = confirmed.records.instances["w1"]
+    assert done.phase is Phase.STOPPED and done.retry_at is None
+    assert done.billing_dph == done.storage_dph
+
+
+def test_a_stopping_machine_that_vanished_is_closed_after_the_missing_window() -> None:
+    stopping = record(
+        "w1",
+        vast_id=1,
+        role=Role.WORKER,
+        phase=Phase.STOPPING,
+        intent=Intent.STOPPED,
+        provider_seen_at=NOW - 61,
+        request="q0",
+    )
+    p = plan_of(records(stopping), [], spec(min_workers=0))
+    assert p.records.instances["w1"].phase is Phase.DESTROYED
+
+
+def test_a_person_pin_holds_a_machine_against_scale_down() -> None:
+    """Finding 4: nothing set `pinned`, so gate 3 was dead."""
+    workers = [
+        record(
+            f"w{n}",
+            vast_id=n,
+            role=Role.WORKER,
+            phase=Phase.SERVING,
+            enrolled_at=NOW - n,
+            request="q0",
+        )
+        for n in (1, 2)
+    ]
+    pinned = replace(workers[0], pinned_by="alice", pinned_until=NOW + 60)
+    s = spec(min_workers=0, max_workers=1)
+    p = plan_of(records(pinned, workers[1]), [row(pinned), row(workers[1])], s)
+    assert [(a.kind, a.record) for a in p.actions] == [(ActionKind.DESTROY, "w2")]
+    expired = replace(pinned, pinned_until=NOW - 1)
+    assert not expired.held(NOW) and pinned.held(NOW)

@@ -41,6 +41,10 @@ def _deadlines(
             yield limit
         if record.intent is not Intent.RUNNING and record.retry_at is not None:
             yield record.retry_at
+        if record.phase is Phase.DESTROYING and record.ended_at is not None:
+            # ended by the head (a report, a refused enrollment, an extra candidate): its slot
+            # may need a replacement, or count for the breaker, now
+            yield record.ended_at
         if record.phase is Phase.PENDING_CREATE:
             yield record.created_at + spec.watchdogs.orphan_grace_seconds
     for request in requests:

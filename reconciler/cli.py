@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
 from reconciler.state.errors import StateError
 from reconciler.state.ledger import LedgerQuery, ledger_path, read_ledger
+from reconciler.state.lock import Identity
 from reconciler.vast.errors import VastError
 from reconciler.views import diagnostics as diag_view
 from reconciler.views import ledger as ledger_view
@@ -342,7 +344,13 @@ def up(
     raise typer.Exit(code)
 
 
-@app.command(epilog="Examples:\n\n  ray-vast status\n\n  ray-vast status clusters --json")
+@app.command(
+    epilog=(
+        "Examples:\n\n  ray-vast status\n\n  ray-vast status clusters --json\n\n"
+        "Per instance: whether work holds it (`pinned: ray work`, `pinned by alice@box until "
+        "14:05 UTC`); per cluster: alerts waiting for a person and paused node types."
+    )
+)
 def status(
     spec_dir: Annotated[
         Path | None, typer.Argument(help="Specs, for caps and the provider URL.")
@@ -350,7 +358,7 @@ def status(
     as_json: JsonFlag = False,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Clusters, their instances with phase, age and $/h, and the total."""
+    """Clusters, their instances with phase, age, $/h and holds, alerts, breakers, the total."""
     specs = _specs(spec_dir) if spec_dir else []
     deps = _deps(state_dir)
     with _reported():
@@ -458,6 +466,76 @@ def ledger(
             typer.echo(json.dumps(entry.to_json()))
         return
     typer.echo(ledger_view.human(entries), nl=False)
+
+
+PinTarget = Annotated[
+    str,
+    typer.Argument(
+        metavar="INSTANCE|RECORD",
+        help="A vast instance id (digits, e.g. 20000001) or a record id (e.g. i12).",
+    ),
+]
+_PIN_LOCK_NOTE = (
+    "pin and unpin change only the state file, under the state lock. A running `ray-vast watch` "
+    "(or `up`) holds that lock: stop it (Ctrl-C; it saves), pin, and start it again."
+)
+
+
+def _who(env: dict[str, str]) -> str:
+    """`$USER@host`: who a pin is recorded for (the lock's user, when $USER is not set)."""
+    user = env.get("USER") or Identity.current().who.partition("@")[0]
+    return f"{user}@{socket.gethostname()}"
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast pin 20000001 --for 2h\n\n"
+        "  ray-vast pin i12 --reason 'eval run, ask alice'\n\n"
+        "  ray-vast pin i12 --for 30m  # pinned already: the new pin replaces it\n\n"
+        + _PIN_LOCK_NOTE
+    )
+)
+def pin(
+    target: PinTarget,
+    for_: Annotated[
+        str | None,
+        typer.Option("--for", help="How long: 90s, 30m, 2h, 1d. Default: until `unpin`."),
+    ] = None,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why, kept with the pin and in the ledger.")
+    ] = None,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """Hold a machine: no watchdog, money-chain step or scale-down stops or destroys it.
+
+    The pin lasts until --for runs out or `ray-vast unpin`. Vast is not called.
+    """
+    deps = _deps(state_dir, lock_timeout)
+    with _reported():
+        seconds = operations.parse_duration(for_) if for_ is not None else None
+        order = operations.PinOrder(target, _who(dict(deps.env)), reason, seconds)
+        code = operations.pin(deps, order)
+    raise typer.Exit(code)
+
+
+@app.command(
+    epilog=("Examples:\n\n  ray-vast unpin 20000001\n\n  ray-vast unpin i12\n\n" + _PIN_LOCK_NOTE)
+)
+def unpin(
+    target: PinTarget,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """End a person's pin; the watchdogs and the money chain may end the machine again.
+
+    Ray's own hold (work on the node) is not a pin and stays while the work runs.
+    """
+    deps = _deps(state_dir, lock_timeout)
+    with _reported():
+        code = operations.unpin(deps, target, who=_who(dict(deps.env)))
+    raise typer.Exit(code)
 
 
 state_app = typer.Typer(help="Inspect the state file and its lock.", no_args_is_help=True)

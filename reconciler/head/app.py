@@ -5,6 +5,12 @@ call in-process. Each handler parses and validates the message against its schem
 records lock, runs the pure decision, saves the records it returns, writes its notes to the ledger
 (in order, under the same lock) and answers. The destroys a decision asks for are handed to the
 `Destroyer`'s thread, so the agent is answered at once and the calls still go out at once.
+
+Every detection the head notes goes through the one routing table (DESIGN.md rule 8), as the
+nets' do: when its class alerts a human (a failed token check, a malformed agent message, a class
+the table does not know), an `Alert` joins the records in the same locked change and is logged at
+WARNING. The same alert (cluster, class, record) is kept once a minute at most; the repeats are
+counted in memory (`alert_repeats`), so a stranger who keeps sending junk cannot fill the state.
 """
 
 from __future__ import annotations
@@ -13,8 +19,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from reconciler.clock import Clock
@@ -24,7 +30,8 @@ from reconciler.head.answers import HeadEndpoints, PortPlan, enroll_answer
 from reconciler.head.decisions import Decision, Note, Refusal
 from reconciler.head.destroyer import Destroyer
 from reconciler.head.shared import LedgerSink, RecordsHost
-from reconciler.model.records import Records
+from reconciler.model.records import Alert, Records
+from reconciler.model.routing import route
 from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import LedgerKind
 
@@ -34,6 +41,8 @@ log = logging.getLogger("reconciler.head")
 # A handshake refused on a port is ledgered at most this often per peer address: a scanner on
 # the internet must not fill the ledger.
 HANDSHAKE_NOTE_INTERVAL = 60.0
+# The same alert (cluster, class, record) joins the records at most this often; repeats are counted.
+ALERT_REPEAT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,8 @@ class HeadApp:
         self.handshake_note_interval = HANDSHAKE_NOTE_INTERVAL
         self._handshake_noted: dict[tuple[str, str], float] = {}
         self._guard = threading.Lock()
+        self.alert_repeat_seconds = ALERT_REPEAT_SECONDS
+        self._alert_repeats: dict[tuple[str, str], int] = {}
 
     @property
     def cluster(self) -> str:
@@ -211,14 +222,20 @@ class HeadApp:
                 self._handshake_noted.clear()
             self._handshake_noted[key] = now
         cls = "heartbeat_refused" if port == "heartbeat" else "tls_refused"
-        with self.host.lock:
-            self.ledger.log(
-                self.cluster,
+        self._detected(
+            Note(
                 LedgerKind.DETECTION,
                 cls,
                 f"{port} port: TLS handshake with {peer} refused: {error}",
                 data={"refused": "tls", "peer": peer, "port": port},
             )
+        )
+
+    def alert_repeats(self) -> dict[tuple[str, str], int]:
+        """Alerts not added again because the same one was raised within the last minute, by
+        (cluster, class), since this head started."""
+        with self._guard:
+            return dict(self._alert_repeats)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -226,14 +243,14 @@ class HeadApp:
         try:
             return messages.parse(schema, body)
         except messages.BadMessage as exc:
-            with self.host.lock:
-                self.ledger.log(
-                    self.cluster,
+            self._detected(
+                Note(
                     LedgerKind.DETECTION,
                     "bad_agent_message",
                     f"{what}: malformed message refused: {exc}",
                     data={"refused": "bad_request"},
                 )
+            )
             return refusal_answer(Refusal(400, "bad_request", str(exc)))
 
     def _decide(self, decide: Callable[[Records, float], Decision[T]]) -> Decision[T]:
@@ -242,16 +259,64 @@ class HeadApp:
         destroys to the destroyer."""
         with self.host.lock:
             before = self.host.records()
-            decision = decide(before, self.clock.now())
-            if decision.records is not before:
-                self.host.mutate(lambda _records, _now: decision.records)
-            for note in decision.notes:
-                self._note(note)
-                if note.kind is LedgerKind.DETECTION:
-                    log.info("cluster %s: %s", self.cluster, note.message)
+            now = self.clock.now()
+            decision = decide(before, now)
+            self._commit(before, decision.records, decision.notes, now)
         for destroy in decision.destroys:
             self.destroyer.submit(destroy)
         return decision
+
+    def _detected(self, note: Note) -> None:
+        """A detection outside any decision (a refused message or handshake), committed alone."""
+        with self.host.lock:
+            before = self.host.records()
+            self._commit(before, before, (note,), self.clock.now())
+
+    def _commit(self, before: Records, records: Records, notes: Sequence[Note], now: float) -> None:
+        """Under the records lock: save `records` with the alerts its detections raise, then
+        write the notes to the ledger in order, then say the alerts in the log."""
+        alerts = self._alerts(records, notes, now)
+        if alerts:
+            records = replace(records, alerts=(*records.alerts, *alerts))
+        if records is not before:
+            saved = records
+            self.host.mutate(lambda _records, _now: saved)
+        for note in notes:
+            self._note(note)
+            if note.kind is LedgerKind.DETECTION:
+                log.info("cluster %s: %s", self.cluster, note.message)
+        for alert in alerts:
+            log.warning(
+                "cluster %s: ALERT %s%s: %s",
+                alert.cluster,
+                alert.cls,
+                f" on {alert.record}" if alert.record else "",
+                alert.message,
+                extra={"cluster": alert.cluster, "cls": alert.cls, "record": alert.record},
+            )
+
+    def _alerts(self, records: Records, notes: Sequence[Note], now: float) -> list[Alert]:
+        """The alerts the detections among `notes` raise through the routing table, less those
+        raised (with the same cluster, class and record) within the last minute."""
+        alerting = [n for n in notes if n.kind is LedgerKind.DETECTION and route(n.cls).alerts]
+        if not alerting:
+            return []
+        recent = {
+            (a.cluster, a.cls, a.record)
+            for a in records.alerts
+            if now - a.at < self.alert_repeat_seconds
+        }
+        raised: list[Alert] = []
+        for note in alerting:
+            key = (self.cluster, note.cls, note.record)
+            if key in recent:
+                with self._guard:
+                    counted = (self.cluster, note.cls)
+                    self._alert_repeats[counted] = self._alert_repeats.get(counted, 0) + 1
+                continue
+            recent.add(key)
+            raised.append(Alert(now, self.cluster, note.cls, note.message, note.record))
+        return raised
 
     def _note(self, note: Note) -> None:
         self.ledger.log(

@@ -234,6 +234,10 @@ class HeadService:
     def endpoints(self) -> HeadEndpoints:
         return self.app.endpoints
 
+    def alert_repeats(self) -> dict[tuple[str, str], int]:
+        """The head's alerts not added again within a minute, by (cluster, class)."""
+        return self.app.alert_repeats()
+
     def launcher(
         self,
         *,

@@ -1,20 +1,30 @@
 """`ray-vast status` and the confirmation list of `ray-vast down`.
 
 Status joins the records with the live listing: every instance we answer for with its phase, age
-and $/h, and, loudly, instances labelled for our clusters that another state made. When vast
-cannot be listed, it says so instead of pretending nothing runs.
+and $/h and whether work holds it (Ray's, or a person's `ray-vast pin`), and, loudly, instances
+labelled for our clusters that another state made. Each cluster also shows what waits for a
+person (its alerts) and its rent-loop breakers (a paused node type, and the count of slots in a
+row that ended with no worker). When vast cannot be listed, it says so instead of pretending
+nothing runs.
+
+`--json` is versioned: `format_version` is MAJOR.MINOR; a minor version only adds fields.
+1.1 added `generated_at`; `held`, `held_because`, `pinned_by` and `pinned_until` per instance;
+`alerts` and `breakers` per cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.model.observed import Instance
-from reconciler.model.records import Records, parse_label
+from reconciler.model.records import Alert, BreakerState, InstanceRecord, Records, parse_label
 from reconciler.model.spec import ClusterSpec
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
+# The human view shows a cluster's newest alerts; `--json` has every one.
+ALERTS_SHOWN = 10
 
 
 def build(
@@ -28,8 +38,18 @@ def build(
     error: str | None,
 ) -> dict[str, Any]:
     by_id = {i.id: i for i in listing or ()}
-    names = sorted({s.name for s in specs} | {r.cluster for r in records.live_instances()})
-    caps = {s.name: s.max_dollars_per_hour for s in specs}
+    by_name = {s.name: s for s in specs}
+    breakers = _breakers_by_cluster(records.breakers)
+    names = sorted(
+        set(by_name)
+        | {r.cluster for r in records.live_instances()}
+        | {a.cluster for a in records.alerts}
+        | {
+            cluster
+            for cluster, states in breakers.items()
+            if any(_breaker_shown(state, now) for state in states.values())
+        }
+    )
     clusters = []
     for name in names:
         instances = [
@@ -43,39 +63,44 @@ def build(
             and info.cluster == name
             and (lineage is None or info.lineage8 != lineage[:8])
         ]
+        spec = by_name.get(name)
         clusters.append(
             {
                 "name": name,
-                "cap_dollars_per_hour": caps.get(name),
+                "cap_dollars_per_hour": spec.max_dollars_per_hour if spec else None,
                 "dollars_per_hour": round(sum(i["dollars_per_hour"] for i in instances), 4),
                 "instances": instances,
                 "foreign_instances": foreign,
+                "alerts": [_alert(a) for a in records.alerts if a.cluster == name],
+                "breakers": [
+                    _breaker(node_type, state, spec, now)
+                    for node_type, state in sorted(breakers.get(name, {}).items())
+                ],
             }
         )
     return {
         "format_version": FORMAT_VERSION,
         "lineage": lineage,
         "serial": serial,
+        "generated_at": now,
         "listing_error": error,
-        "alerts": [
-            {
-                "at": a.at,
-                "cluster": a.cluster,
-                "class": a.cls,
-                "record": a.record,
-                "message": a.message,
-            }
-            for a in records.alerts
-        ],
+        "alerts": [_alert(a) for a in records.alerts],
         "clusters": clusters,
         "dollars_per_hour": round(sum(c["dollars_per_hour"] for c in clusters), 4),
     }
 
 
 def _instance(
-    vast_id: int | None, record: Any, by_id: dict[int, Instance], now: float, listed: bool
+    vast_id: int | None,
+    record: InstanceRecord,
+    by_id: dict[int, Instance],
+    now: float,
+    listed: bool,
 ) -> dict[str, Any]:
     seen = by_id.get(vast_id) if vast_id is not None else None
+    because = (["ray_work"] if record.pinned else []) + (
+        ["person"] if _person_pin_in_force(record, now) else []
+    )
     return {
         "record": record.id,
         "node_type": record.node_type,
@@ -89,7 +114,63 @@ def _instance(
         "host_id": record.host_id,
         "label": record.label,
         "lost": record.lost,
+        # Ray reports work on the node (leased resources, actors, placement-group bundles).
         "pinned": record.pinned,
+        # A person's pin as recorded (it may have ended: `held` says whether anything holds it).
+        "pinned_by": record.pinned_by,
+        "pinned_until": record.pinned_until,
+        "held": record.held(now),
+        "held_because": because,
+    }
+
+
+def _person_pin_in_force(record: InstanceRecord, now: float) -> bool:
+    return record.pinned_by is not None and (
+        record.pinned_until is None or now < record.pinned_until
+    )
+
+
+def _alert(alert: Alert) -> dict[str, Any]:
+    return {
+        "at": alert.at,
+        "cluster": alert.cluster,
+        "class": alert.cls,
+        "record": alert.record,
+        "message": alert.message,
+    }
+
+
+def _breakers_by_cluster(
+    breakers: Mapping[str, BreakerState],
+) -> dict[str, dict[str, BreakerState]]:
+    """`cluster/node_type` keys, split (a cluster name never holds a `/`)."""
+    out: dict[str, dict[str, BreakerState]] = {}
+    for key, state in breakers.items():
+        cluster, _, node_type = key.partition("/")
+        out.setdefault(cluster, {})[node_type] = state
+    return out
+
+
+def _breaker_shown(state: BreakerState, now: float) -> bool:
+    return state.consecutive_empty > 0 or _paused(state, now)
+
+
+def _paused(state: BreakerState, now: float) -> bool:
+    return state.paused_until is not None and state.paused_until > now
+
+
+def _breaker(
+    node_type: str, state: BreakerState, spec: ClusterSpec | None, now: float
+) -> dict[str, Any]:
+    return {
+        "node_type": node_type,
+        "paused": _paused(state, now),
+        "paused_until": state.paused_until,
+        # Slots in a row that ended with no worker since the last enrollment (or the last trip:
+        # a trip starts the count again).
+        "consecutive_empty": state.consecutive_empty,
+        # The spec's threshold (known only when `status` is given the specs).
+        "trips_after": spec.breaker.slots if spec else None,
     }
 
 
@@ -103,10 +184,8 @@ def _foreign(instance: Instance) -> dict[str, Any]:
 
 
 def human(view: dict[str, Any]) -> str:
-    lines = [
-        f"ALERT {a['cluster']} {a['class']} {a['record'] or ''}: {a['message']}"
-        for a in view["alerts"]
-    ]
+    now = float(view["generated_at"])
+    lines = []
     if view["listing_error"]:
         lines.append(f"Warning: vast's listing is unknown ({view['listing_error']})")
     for cluster in view["clusters"]:
@@ -116,7 +195,7 @@ def human(view: dict[str, Any]) -> str:
         if not cluster["instances"]:
             lines.append("  no instances")
         for i in cluster["instances"]:
-            flags = "".join(f" [{f}]" for f in ("lost", "pinned") if i[f])
+            flags = "".join(f" [{f}]" for f in (["lost"] if i["lost"] else []) + _holds(i, now))
             lines.append(
                 f"  {i['record']:<8} {i['node_type']:<12} vast {i['vast_id']!s:<10} "
                 f"{i['role']:<9} {i['phase']:<14} vast:{i['vast_status']!s:<10} "
@@ -127,8 +206,66 @@ def human(view: dict[str, Any]) -> str:
                 f"  ! instance {f['vast_id']} ({f['label']}, ${f['dollars_per_hour']:.2f}/h) "
                 "belongs to another state: not managed here"
             )
+        lines += [_breaker_line(b, now) for b in cluster["breakers"] if _breaker_worth(b)]
+        lines += _alert_lines(cluster["alerts"])
     lines.append(f"Total: ${view['dollars_per_hour']:.2f}/h")
     return "\n".join(lines) + "\n"
+
+
+def _holds(instance: Mapping[str, Any], now: float) -> list[str]:
+    """Why work holds a machine, as the row's flags: `pinned: ray work`, `pinned by alice until
+    14:05 UTC`, `pinned by alice`; an ended pin is shown as ended (it holds nothing)."""
+    out = []
+    if instance["pinned"]:
+        out.append("pinned: ray work")
+    by, until = instance.get("pinned_by"), instance.get("pinned_until")
+    if by is not None:
+        if until is None:
+            out.append(f"pinned by {by}")
+        elif until > now:
+            out.append(f"pinned by {by} until {_clock_time(until, now)}")
+        else:
+            out.append(f"pin by {by} ended {_clock_time(until, now)}")
+    return out
+
+
+def _breaker_worth(breaker: Mapping[str, Any]) -> bool:
+    return bool(breaker["paused"] or breaker["consecutive_empty"])
+
+
+def _breaker_line(breaker: Mapping[str, Any], now: float) -> str:
+    limit = breaker["trips_after"]
+    count = f"{breaker['consecutive_empty']}" + (f" of {limit}" if limit is not None else "")
+    if not breaker["paused"]:
+        return f"  breaker {breaker['node_type']}: {count} slots in a row ended with no worker"
+    tripped = f"{limit} slots" if limit is not None else "the breaker's number of slots"
+    return (
+        f"  breaker {breaker['node_type']}: launches paused until "
+        f"{_clock_time(breaker['paused_until'], now)} ({tripped} in a row ended with no worker); "
+        f"count since: {count}"
+    )
+
+
+def _alert_lines(alerts: Sequence[Mapping[str, Any]]) -> list[str]:
+    shown = alerts[-ALERTS_SHOWN:]
+    lines = []
+    if len(alerts) > len(shown):
+        older = len(alerts) - len(shown)
+        lines.append(f"  ALERT ... {older} older alert(s) not shown (`ray-vast status --json`)")
+    for a in shown:
+        when = datetime.fromtimestamp(a["at"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        record = f" {a['record']}" if a["record"] else ""
+        lines.append(f"  ALERT {when} {a['class']}{record}: {a['message']}")
+    return lines
+
+
+def _clock_time(epoch: float, now: float) -> str:
+    """`14:05 UTC` on the same (UTC) day as `now`, else with the date."""
+    moment = datetime.fromtimestamp(epoch, tz=UTC)
+    today = datetime.fromtimestamp(now, tz=UTC).date()
+    if moment.date() == today:
+        return moment.strftime("%H:%M UTC")
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def down_listing(cluster: str, targets: Sequence[Instance], lineage: str) -> str:

@@ -1,7 +1,9 @@
 """Prometheus metrics of `ray-vast watch`, in the text exposition format.
 
-Cluster $/h, instances by phase, detections by net, vast requests by endpoint and outcome, and the
-last tick's duration: enough to alert on a bill that grows or a net that fires too often.
+Cluster $/h, instances by phase, detections by net, vast requests by endpoint and outcome, the
+last tick's duration, the alerts waiting for a person by cluster and class, and the rent-loop
+breakers by node type: enough to alert on a bill that grows, a net that fires too often, an alert
+nobody read, or a node type that stopped launching.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ class Gauges:
     requests: Mapping[tuple[str, str], int] = field(default_factory=dict)
     tick_seconds: float = 0.0
     ticks: int = 0
+    # When the records were read: a breaker is paused while its `paused_until` is after this.
+    now: float = 0.0
+    # Alerts the head did not add again (the same one within a minute), by (cluster, class).
+    alert_repeats: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 def _escape(value: str) -> str:
@@ -80,6 +86,41 @@ def render(g: Gauges) -> str:
     metric("ray_vast_ticks_total", "counter", "Ticks since start.", [({}, g.ticks)])
     metric(
         "ray_vast_alerts", "gauge", "Alerts waiting for a person.", [({}, len(g.records.alerts))]
+    )
+    alerts: dict[tuple[str, str], int] = {}
+    for a in g.records.alerts:
+        alerts[(a.cluster, a.cls)] = alerts.get((a.cluster, a.cls), 0) + 1
+    metric(
+        "ray_vast_alerts_total",
+        "counter",
+        "Alerts raised (kept in the state for `ray-vast status`), by cluster and class.",
+        [({"cluster": c, "class": k}, n) for (c, k), n in sorted(alerts.items())],
+    )
+    metric(
+        "ray_vast_alerts_repeated_total",
+        "counter",
+        "Alerts not kept again because the same one was raised within a minute, since start.",
+        [({"cluster": c, "class": k}, n) for (c, k), n in sorted(g.alert_repeats.items())],
+    )
+    paused: list[tuple[dict[str, str], float]] = []
+    empty: list[tuple[dict[str, str], float]] = []
+    for key, state in sorted(g.records.breakers.items()):
+        cluster, _, node_type = key.partition("/")
+        labels = {"cluster": cluster, "node_type": node_type}
+        on = state.paused_until is not None and state.paused_until > g.now
+        paused.append((labels, 1 if on else 0))
+        empty.append((labels, state.consecutive_empty))
+    metric(
+        "ray_vast_breaker_paused",
+        "gauge",
+        "1 while the rent-loop breaker pauses launches of the node type.",
+        paused,
+    )
+    metric(
+        "ray_vast_breaker_consecutive_empty",
+        "gauge",
+        "Slots in a row of the node type that ended with no worker (the breaker's count).",
+        empty,
     )
     return "\n".join(out) + "\n"
 

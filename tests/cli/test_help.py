@@ -36,6 +36,8 @@ def test_the_commands_of_the_design_exist() -> None:
         "status",
         "watch",
         "ledger",
+        "pin",
+        "unpin",
         "state list",
         "state show",
         "state force-unlock",

@@ -124,6 +124,10 @@ class Controller:
     # because a machine of theirs just ended (its slot may need a replacement at once).
     listed_at: dict[str, float] = field(default_factory=dict)
     _wake: set[str] = field(default_factory=set)
+    # The specs are a whole directory (not one file): a cluster it stops declaring is pruned.
+    prune: bool = True
+    # Policy destroys of most of a cluster go ahead unattended (`watch --allow-mass-destroy`).
+    allow_mass_destroy: bool = False
 
     def __post_init__(self) -> None:
         self.set_specs(self.specs)
@@ -252,7 +256,7 @@ class Controller:
     def _pruning_due(self, now: float) -> bool:
         """Records of a cluster no spec declares any more are pruned on the default reconcile
         cadence even when no declared cluster is due (or none is left)."""
-        if now - self.listed_at.get(PRUNE_KEY, float("-inf")) < PRUNE_SECONDS:
+        if not self.prune or now - self.listed_at.get(PRUNE_KEY, float("-inf")) < PRUNE_SECONDS:
             return False
         lineage = self.journal.lineage
         return any(
@@ -277,7 +281,7 @@ class Controller:
             now=now,
             demand=demand or {},
             sweep_orphans=sweep,
-            declared=set(self.specs),
+            declared=set(self.specs) if self.prune else None,
         )
         if plan.errored:
             for error in plan.errors:
@@ -288,7 +292,9 @@ class Controller:
             self.listed_at[spec.name] = now
             self._wake.discard(spec.name)
         self.listed_at[PRUNE_KEY] = now
-        plan, held = guards.hold_mass_destroys(plan, self.journal.records())
+        held: list[tuple[str, str]] = []
+        if not self.allow_mass_destroy:
+            plan, held = guards.hold_mass_destroys(plan, self.journal.records())
         for cluster, why in held:
             self.raise_alert(cluster, "mass_destroy_refused", why, now=now)
         report.results.append(self.execute(plan))

@@ -59,6 +59,7 @@ class WatchOptions:
     metrics: bool = True
     signals: Signals | None = None
     extension: Extension | None = None
+    allow_mass_destroy: bool = False
     on_tick: Callable[[TickReport], None] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -93,6 +94,8 @@ def _controller(
         launcher=ImageLauncher(),
         clock=deps.clock,
         progress=logger.info,
+        prune=options.source.path.is_dir(),
+        allow_mass_destroy=options.allow_mass_destroy,
     )
     if options.signals is not None:
         controller.signals = options.signals

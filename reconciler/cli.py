@@ -274,7 +274,11 @@ def apply(
         else:
             specs = _specs(target)
             code = operations.apply_specs(
-                deps, specs, auto_approve=auto_approve, allow_mass_destroy=allow_mass_destroy
+                deps,
+                specs,
+                auto_approve=auto_approve,
+                allow_mass_destroy=allow_mass_destroy,
+                spec_path=target,
             )
     raise typer.Exit(code)
 
@@ -390,6 +394,14 @@ def watch(
         str, typer.Option("--log-format", help="text or json (one object a line).")
     ] = "text",
     once: Annotated[bool, typer.Option("--once", help="Run one tick and exit.")] = False,
+    allow_mass_destroy: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-destroy",
+            help="Carry out policy destroys of most of a cluster (a removed spec) unattended; "
+            "without it they are held with an alert.",
+        ),
+    ] = False,
     state_dir: StateDirOption = None,
     lock_timeout: LockTimeout = 0.0,
 ) -> None:
@@ -407,6 +419,7 @@ def watch(
     options = WatchOptions(
         source=SpecSource(spec_dir, git=sync),
         once=once,
+        allow_mass_destroy=allow_mass_destroy,
         extension=head_extension(
             state_dir=deps.state_dir, clock=deps.clock, vast_url=None, secrets=deps.secrets()
         ),

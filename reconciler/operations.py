@@ -60,6 +60,7 @@ def make_plan(
     as_json: bool,
     detailed: bool,
 ) -> PlanOutcome:
+    """`declared` (see `declared_by`): the clusters of a whole spec directory, for pruning."""
     provider = deps.provider(list(specs))
     with deps.reading() as snapshot:
         plan = observe_and_plan(
@@ -69,6 +70,7 @@ def make_plan(
             lineage=snapshot.lineage,
             serial=snapshot.serial,
             now=deps.clock.now(),
+            declared=declared_by(spec_path, specs),
         )
     if as_json:
         deps.out.write(json.dumps(plan_view.as_json(plan), indent=2) + "\n")
@@ -93,7 +95,22 @@ def make_plan(
     return PlanOutcome(plan, changed)
 
 
-def _plan(deps: Deps, journal: Journal, provider: Provider, specs: Sequence[ClusterSpec]) -> Plan:
+def declared_by(spec_path: Path | None, specs: Sequence[ClusterSpec]) -> set[str] | None:
+    """What a plan may prune against (DESIGN.md 10, "Scope of a plan"): the clusters of a spec
+    *directory* (it loaded completely, or nothing is planned at all); one file is a plan about
+    its own clusters only, and retires nothing else."""
+    if spec_path is None or not spec_path.is_dir():
+        return None
+    return {s.name for s in specs}
+
+
+def _plan(
+    deps: Deps,
+    journal: Journal,
+    provider: Provider,
+    specs: Sequence[ClusterSpec],
+    spec_path: Path | None,
+) -> Plan:
     return observe_and_plan(
         provider,
         specs,
@@ -101,6 +118,7 @@ def _plan(deps: Deps, journal: Journal, provider: Provider, specs: Sequence[Clus
         lineage=journal.lineage,
         serial=journal.serial,
         now=deps.clock.now(),
+        declared=declared_by(spec_path, specs),
     )
 
 
@@ -111,10 +129,11 @@ def apply_specs(
     auto_approve: bool,
     allow_mass_destroy: bool,
     launcher: Launcher | None = None,
+    spec_path: Path | None = None,
 ) -> int:
     provider = deps.provider(list(specs))
     with deps.journal("apply") as journal:
-        plan = _plan(deps, journal, provider, specs)
+        plan = _plan(deps, journal, provider, specs, spec_path)
         deps.out.write(plan_view.human(plan))
         if plan.errored:
             return EXIT_ERROR

@@ -23,6 +23,9 @@ from reconciler.model.records import (
 from reconciler.nets.detection import Detection
 
 
+ALERT_REPEAT_SECONDS = 3600.0
+
+
 @dataclass
 class Draft:
     lineage: str
@@ -95,7 +98,16 @@ class Draft:
         )
 
     def alert(self, cluster: str, found: Detection) -> None:
-        """A class nobody routed: a person must look; nothing is retried."""
+        """A person must look; nothing is retried. The same alert (cluster, class, record) is
+        not raised again within `ALERT_REPEAT_SECONDS`: the ledger still has every detection."""
+        same = [
+            a
+            for a in (*self.records.alerts, *self.alerts)
+            if (a.cluster, a.cls, a.record) == (cluster, found.cls, found.record)
+            and self.now - a.at < ALERT_REPEAT_SECONDS
+        ]
+        if same:
+            return
         self.alerts.append(Alert(self.now, cluster, found.cls, found.detail, found.record))
         self.notes.append(f"ALERT {found.cls}: {found.detail} ({found.record})")
 

@@ -22,7 +22,6 @@ from reconciler.model.records import (
 )
 from reconciler.nets.detection import Detection
 
-
 ALERT_REPEAT_SECONDS = 3600.0
 
 

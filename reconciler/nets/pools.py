@@ -99,9 +99,7 @@ def pool_idle_release(
             if idle < spec.watchdogs.pool_idle_release_seconds:
                 continue
             requests = sorted(_open(records, spec.name, name), key=lambda r: r.placed_at)
-            capacity = _workers(records, spec.name, name) + sum(
-                len(r.open_slots) for r in requests
-            )
+            capacity = _workers(records, spec.name, name) + sum(len(r.open_slots) for r in requests)
             for request in reversed(requests):  # newest first
                 slots = len(request.open_slots)
                 if capacity - slots < node_type.min_workers:

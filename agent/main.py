@@ -5,7 +5,8 @@
     python3 -m agent.main run              run as the container's PID 1 (normally the bootloader
                                            downloads the agent and calls `run` itself)
 
-`run` never returns: every way out is a report and a self-destroy (see `watchdog`).
+`run` never returns: every way out is a report and a self-destroy (`lifecycle` decides,
+`watchdog` carries it out).
 """
 
 from __future__ import annotations
@@ -45,15 +46,15 @@ def run(boot: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = N
     try:
         settings = Settings.from_env(env)
     except ConfigError as exc:
-        unconfigured(env, str(exc))
+        unconfigured(env, str(exc), this_boot)
     Watchdog(settings, this_boot, env=env, log=log).run()
 
 
-def unconfigured(env: Mapping[str, str], problem: str) -> NoReturn:
-    """Without the head's settings there is nobody to report to: destroy if vast's own variables
-    allow it, else wait (a PID 1 that exits would be restarted and keep billing)."""
+def unconfigured(env: Mapping[str, str], problem: str, boot: Boot) -> NoReturn:
+    """Without the head's settings there is nobody to report to: the machine ends the boot as an
+    error in the bootstrap (its report fails at once) and destroys through vast's own variables
+    when they allow it; else it waits (a PID 1 that exits would be restarted and keep billing)."""
     log(f"error in the bootstrap: {problem}")
-    ending.disarm_signals(log)
     if env.get("CONTAINER_ID", "").isdigit() and env.get("CONTAINER_API_KEY"):
         minimal = Settings(
             instance_id=int(env["CONTAINER_ID"]),
@@ -63,8 +64,10 @@ def unconfigured(env: Mapping[str, str], problem: str) -> NoReturn:
             enroll_port=0,
             ca_pem="",
             vast_url=vast_url(env),
+            report_wait=0.0,
         )
-        ending.destroy_forever(minimal, log=log)
+        Watchdog(minimal, boot, env=env, log=log).run_unconfigured(problem)
+    ending.disarm_signals(log)
     while True:
         time.sleep(3600)
 

@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from agent import lifecycle
+
 
 class TransportError(OSError):
     """No answer at all: refused, timed out, TLS failed."""
@@ -30,14 +32,10 @@ class Reply:
 
     def error(self) -> str:
         """The head's error code of a refusal (agent-error.v1.json), or ''."""
-        if isinstance(self.doc, dict):
-            return str(self.doc.get("error", ""))
-        return ""
+        return lifecycle.error_code(self.doc)
 
     def describe(self) -> str:
-        if isinstance(self.doc, dict) and "message" in self.doc:
-            return f"{self.status} {self.doc.get('error', '')}: {self.doc['message']}"
-        return f"{self.status} {str(self.doc)[:200]}"
+        return lifecycle.describe(self.status, self.doc)
 
 
 def pinned_context(ca_pem: str, *, cert_pem: str = "", key_pem: str = "") -> ssl.SSLContext:

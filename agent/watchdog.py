@@ -1,52 +1,65 @@
-"""The agent as PID 1: enroll, start Ray, heartbeat, watch Ray, and end every way the seed lists.
+"""The agent as PID 1: the real world's driver of the agent's decisions (`agent.lifecycle`).
 
-    candidate --enroll--> worker --ray start--> heartbeats every interval, Ray watched
-        |                    |                        |
-        +--------------------+------------------------+--> report, stop Ray, destroy, never exit
+Every decision (when to enroll again, when a worker gives up, which endings there are, report
+first, destroy until vast confirms, never exit) is the machine's, so the virtual-time harness
+(`bench.agents`) holds the very same decisions to the seed's table. This module only connects the
+machine to the real world, and adds nothing of its own:
 
-Every ending of the seed's table that the container acts on is one `Ending(reason, detail)`:
+    the clock     `time.monotonic()` is the machine's `now`; `time.time()` only stamps messages
+    the head      enrollment, heartbeats and the report over pinned TLS (`agent.transport`)
+    vast          the self-destroy with the instance's own key (`agent.ending`)
+    Ray           `ray start --block` in its own process group (`agent.raynode`), polled
+    signals       TERM, INT and HUP become `Signalled`; QUIT, USR1 and USR2 are ignored
 
-    no heartbeat success for worker_gives_up_after_seconds   no_heartbeat_success
-    a 403 answer to a heartbeat                              heartbeat_refused
-    a 403 answer to /enroll                                  enroll_refused
-    the head refuses a second enrollment (a restart)         second_enrollment
-    no enrollment within candidate_self_destroy_seconds      no_enrollment
-    Ray on the worker exits                                  ray_exited
-    TERM, INT or HUP to PID 1                                signal
-    an error in the bootstrap                                bootstrap_error
+    events (deque) --> lifecycle.step --> commands, executed in order --> their answers, queued
+         ^                                                                    |
+         +-- Ray polled, signals taken, Tick when the last WakeAt is due <----+
 
-`Ending` is a BaseException, raised even from the signal handler, so it unwinds whatever the
-agent is doing (a blocked request, a sleep) and no `except Exception` on the way swallows it. QUIT,
-USR1 and USR2 are ignored (as the kernel drops them for a PID 1 without handlers); KILL cannot be
-caught, and inside a container it cannot reach PID 1 either.
+Signals and blocking requests. The handler queues the signal. A request to a head that drops
+packets blocks up to its timeout (10 s), which would hold TERM's answer that long; so while a
+request of a live phase (candidate, worker) is in flight the handler also raises `Interrupted`,
+which unwinds that request (a BaseException, so no `except Exception` on the way swallows it),
+and the driver feeds the request's failure, then the signal. Once the machine is ending, signals
+are only queued (the machine logs and ignores them): the report and the destroy are never cut
+short. KILL cannot be caught, and inside a container it cannot reach PID 1 either.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from agent import cores, ending, raynode, sampling, transport
+from agent import cores, ending, lifecycle, messages, raynode, sampling, transport
 from agent.config import Settings
+from agent.lifecycle import (
+    BootstrapError,
+    DestroyAnswered,
+    EnrollAnswered,
+    EnrollFailed,
+    Event,
+    HeartbeatAnswered,
+    HeartbeatFailed,
+    RayExited,
+    ReportDone,
+    Signalled,
+    Started,
+    Tick,
+)
 
-PROTOCOL = 1
-LOOP_SECONDS = 0.2
-REQUEST_TIMEOUT = 10.0
+PROTOCOL = messages.PROTOCOL
+LOOP_SECONDS = 0.2  # how often Ray is polled and signals are taken while nothing is due
 IGNORED_SIGNALS = (signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-class Ending(BaseException):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
+class Interrupted(BaseException):
+    """A signal cut a blocking request of a live phase short."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,8 @@ class Boot:
 
 
 class Watchdog:
+    """Runs `agent.lifecycle` on the real clock until the instance is gone (it never returns)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -72,127 +87,159 @@ class Watchdog:
         self.env = env
         self.log = log
         self.sampler = sampler or sampling.Sampler()
-        self.phase = "candidate"
-        self.record_id = settings.record_id
+        self.state = lifecycle.initial(
+            lifecycle.Timings.of(settings), started=boot.started, record_id=settings.record_id
+        )
+        self.events: deque[Event] = deque()
+        self.wake: float | None = None
         self.ray: raynode.RayProcess | None = None
-        self.answer: dict[str, Any] = {}
-        self.stop_grace = 3.0
+        self._ray_done = False
+        self._signals: list[str] = []
+        self._interruptible = False
+        self._cpu_source = ""
+        self._head_context: Any = None
+        self._heartbeat_context: Any = None
+        self._heartbeat_url = ""
+        self._worker_ports: list[int] = []
+        self._node_manager = 0
+        self._pid_one = os.getpid() == 1
+
+    @property
+    def phase(self) -> str:
+        return self.state.phase
 
     # --- the whole life --------------------------------------------------------------------
 
     def run(self) -> NoReturn:
+        """Count the machine, then enroll, serve and end as the machine decides."""
+        self.arm_signals()
         try:
-            self.arm_signals()
             machine = cores.read_cores()
             gpus = cores.read_gpus()
             self.log(f"{machine.cores} CPUs ({machine.source}), {gpus} GPUs")
-            self.answer = self.enroll(machine, gpus)
-            self.phase = "worker"
-            self.start_ray(machine.cores, gpus)
-            self.serve()
-        except Ending as why:
-            self.end(why.reason, why.detail)
-        except BaseException as exc:  # anything else is an error in the bootstrap
-            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            self.end("bootstrap_error", detail)
+            self._cpu_source = machine.source
+            self.events.append(Started(machine.cores, gpus))
+        except Exception as exc:
+            self.events.append(BootstrapError(_exception(exc)))
+        self.drive()
+
+    def run_unconfigured(self, problem: str) -> NoReturn:
+        """The environment lacks the head's settings: an error in the bootstrap with nobody to
+        report to; the machine still ends it (the destroy needs vast's own variables only)."""
+        self.arm_signals()
+        self.events.append(BootstrapError(problem))
+        self.drive()
+
+    def drive(self) -> NoReturn:
+        while True:
+            try:
+                self._turn()
+            except Exception as exc:  # the driver's own failure is an error in the bootstrap
+                self.events.append(BootstrapError(_exception(exc)))
+                time.sleep(LOOP_SECONDS)  # one that recurs must not spin
 
     def arm_signals(self) -> None:
         def on_signal(signum: int, frame: Any) -> None:
-            ending.disarm_signals(self.log)
-            raise Ending("signal", f"{signal.Signals(signum).name} to PID 1")
+            name = signal.Signals(signum).name
+            self._signals.append(name)
+            if self._interruptible:
+                self._interruptible = False
+                raise Interrupted(name)
 
         for sig in ENDING_SIGNALS:
             signal.signal(sig, on_signal)
         for sig in IGNORED_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
 
-    def end(self, reason: str, detail: str) -> NoReturn:
-        ending.disarm_signals(self.log)
-        report = {
-            "protocol": PROTOCOL,
-            "token": self.settings.join_token,
-            "instance_id": self.settings.instance_id,
-            "boot_id": self.boot.boot_id,
-            "record_id": self.record_id or None,
-            "phase": self.phase,
-            "reason": reason,
-            "detail": detail[:4000],
-            "at": time.time(),
-        }
-        ending.end(self.settings, report, stop_ray=self.stop_ray, log=self.log)
+    def _turn(self) -> None:
+        """One event through the machine, or a tick when one is due, or a short wait."""
+        while self._signals:
+            self.events.append(Signalled(self._signals.pop(0)))
+        self._watch_ray()
+        if self.events:
+            self._feed(self.events.popleft())
+            return
+        now = time.monotonic()
+        if self.wake is not None and now >= self.wake:
+            self._feed(Tick())
+            return
+        pause = LOOP_SECONDS if self.wake is None else min(LOOP_SECONDS, self.wake - now)
+        time.sleep(max(0.0, pause))
 
-    def stop_ray(self) -> None:
-        if self.ray is not None:
-            self.log(f"stopping Ray (process group {self.ray.pid})")
-            self.ray.stop(self.stop_grace)
+    def _feed(self, event: Event) -> None:
+        self.state, commands = lifecycle.step(self.state, event, time.monotonic())
+        self.wake = None
+        for command in commands:
+            self._execute(command)
 
-    # --- candidate: enroll -----------------------------------------------------------------
+    def _watch_ray(self) -> None:
+        ray = self.ray
+        if ray is None:
+            return
+        if not self._ray_done:
+            code = ray.poll()
+            if code is not None:
+                self._ray_done = True
+                self.events.append(RayExited(code))
+        if self._pid_one:
+            raynode.reap_orphans(keep=ray.pid)
 
-    def enroll(self, machine: cores.CoreCount, gpus: int) -> dict[str, Any]:
-        s = self.settings
-        body = {
-            "protocol": PROTOCOL,
-            "token": s.join_token,
-            "instance_id": s.instance_id,
-            "boot_id": self.boot.boot_id,
-            "public_ip": s.public_ip,
-            "ports": {str(k): v for k, v in sorted(s.ports.items())},
-            "machine": {"cpus": machine.cores, "cpu_source": machine.source[:200], "gpus": gpus},
-        }
-        if s.agent_sha256:
-            body["agent_sha256"] = s.agent_sha256
-        context = transport.pinned_context(s.ca_pem)
-        deadline = self.boot.started + s.candidate_self_destroy
-        pause = min(5.0, max(0.2, s.candidate_self_destroy / 10))
-        last = "no attempt yet"
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                window = f"{s.candidate_self_destroy:g}s"
-                raise Ending("no_enrollment", f"not enrolled within {window} (last: {last})")
-            try:
-                reply = transport.request(
-                    f"{s.enroll_url}/enroll",
-                    method="POST",
-                    body=body,
-                    context=context,
-                    timeout=min(REQUEST_TIMEOUT, left),
-                )
-            except transport.TransportError as exc:
-                last = str(exc)
-            else:
-                if reply.status == 200 and isinstance(reply.doc, dict):
-                    self.log(f"enrolled as {reply.doc['record_id']} in slot {reply.doc['slot_id']}")
-                    self.record_id = str(reply.doc["record_id"])
-                    return reply.doc
-                if reply.status == 403:
-                    restart = reply.error() == "second_enrollment"
-                    reason = "second_enrollment" if restart else "enroll_refused"
-                    raise Ending(reason, f"the head refused the enrollment: {reply.describe()}")
-                last = reply.describe()
-            self.log(f"enrollment not done: {last}")
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+    # --- the machine's commands ----------------------------------------------------------------
 
-    # --- worker: Ray and heartbeats ----------------------------------------------------------
+    def _execute(self, command: lifecycle.Command) -> None:
+        if isinstance(command, lifecycle.Log):
+            self.log(command.message)
+        elif isinstance(command, lifecycle.WakeAt):
+            self.wake = command.at
+        elif isinstance(command, lifecycle.SendEnroll):
+            self.events.append(self._enroll(command))
+        elif isinstance(command, lifecycle.StartRay):
+            self._start_ray(command)
+        elif isinstance(command, lifecycle.SendHeartbeat):
+            self.events.append(self._heartbeat(command))
+        elif isinstance(command, lifecycle.SendReport):
+            self.events.append(self._report(command))
+        elif isinstance(command, lifecycle.StopRay):
+            self._stop_ray(command.grace)
+        elif isinstance(command, lifecycle.DestroySelf):
+            confirmed, what = ending.destroy_once(self.settings, timeout=command.timeout)
+            self.events.append(DestroyAnswered(confirmed, what))
+        else:
+            raise TypeError(f"not an agent command: {command!r}")
 
-    def start_ray(self, cpus: int, gpus: int) -> None:
-        ray = self.answer["ray"]
-        limits = self.answer.get("thresholds", {})
-        self.settings = dataclasses.replace(
+    def _enroll(self, command: lifecycle.SendEnroll) -> Event:
+        body = messages.enroll_body(
             self.settings,
-            heartbeat_interval=float(limits.get("heartbeat_interval_seconds", 30.0)),
-            worker_gives_up_after=float(limits.get("worker_gives_up_after_seconds", 300.0)),
-            report_wait=float(limits.get("report_wait_seconds", self.settings.report_wait)),
-            self_destroy_retry=float(
-                limits.get("self_destroy_retry_seconds", self.settings.self_destroy_retry)
-            ),
+            boot_id=self.boot.boot_id,
+            cpus=self.state.cpus,
+            cpu_source=self._cpu_source,
+            gpus=self.state.gpus,
         )
-        self.stop_grace = float(limits.get("ray_stop_grace_seconds", self.stop_grace))
+        reply = self._exchange(
+            f"{self.settings.enroll_url}/enroll",
+            body=body,
+            context=self._head(),
+            timeout=command.timeout,
+        )
+        if isinstance(reply, str):
+            return EnrollFailed(reply)
+        return EnrollAnswered(reply.status, reply.doc)
+
+    def _start_ray(self, command: lifecycle.StartRay) -> None:
+        answer = command.answer
+        ray = answer["ray"]
+        cert = answer["certificate"]
+        self._heartbeat_context = transport.pinned_context(
+            cert["ca_pem"], cert_pem=cert["cert_pem"], key_pem=cert["key_pem"]
+        )
+        self._heartbeat_url = str(answer["heartbeat"]["url"])
+        self._worker_ports = [int(p) for p in ray["worker_ports"]]
+        self._node_manager = int(ray["node_manager_port"])
         plan = raynode.ray_plan(
             self.settings.ray_command,
             ray,
-            cpus=cpus,
-            gpus=gpus,
+            cpus=command.cpus,
+            gpus=command.gpus,
             token_path=raynode.write_token(str(ray["auth_token"])),
             base_env=self.env,
         )
@@ -200,113 +247,98 @@ class Watchdog:
         try:
             self.ray = raynode.RayProcess(plan)
         except OSError as exc:
-            raise Ending("bootstrap_error", f"cannot start Ray ({plan.argv[0]}): {exc}") from exc
+            self.events.append(BootstrapError(f"cannot start Ray ({plan.argv[0]}): {exc}"))
 
-    def serve(self) -> NoReturn:
+    def _heartbeat(self, command: lifecycle.SendHeartbeat) -> Event:
         ray = self.ray
         if ray is None:
-            raise Ending("bootstrap_error", "Ray was not started")
-        cert = self.answer["certificate"]
-        context = transport.pinned_context(
-            cert["ca_pem"], cert_pem=cert["cert_pem"], key_pem=cert["key_pem"]
-        )
-        url = str(self.answer["heartbeat"]["url"])
-        worker_ports = [int(p) for p in self.answer["ray"]["worker_ports"]]
-        node_manager = int(self.answer["ray"]["node_manager_port"])
-        last_ok = time.monotonic()
-        next_beat = last_ok
-        seq = 0
-        pid_one = os.getpid() == 1
-        while True:
-            code = ray.poll()
-            if code is not None:
-                raise Ending("ray_exited", f"Ray exited with code {code}")
-            if pid_one:
-                raynode.reap_orphans(keep=ray.pid)
-            now = time.monotonic()
-            if now >= next_beat:
-                seq += 1
-                beat = self.heartbeat(seq, ray, worker_ports, node_manager)
-                if self.send_heartbeat(url, beat, context):
-                    last_ok = time.monotonic()
-                next_beat = now + self.settings.heartbeat_interval
-            silent = time.monotonic() - last_ok
-            gives_up = self.settings.worker_gives_up_after
-            if silent >= gives_up:
-                limit = f"limit {gives_up:g}s"
-                raise Ending(
-                    "no_heartbeat_success", f"no heartbeat success for {silent:.0f}s ({limit})"
-                )
-            time.sleep(LOOP_SECONDS)
-
-    def send_heartbeat(self, url: str, beat: dict[str, Any], context: Any) -> bool:
-        try:
-            reply = transport.request(
-                url,
-                method="POST",
-                body=beat,
-                context=context,
-                timeout=min(REQUEST_TIMEOUT, self.settings.heartbeat_interval),
-            )
-        except transport.TransportError as exc:
-            self.log(f"heartbeat {beat['seq']} failed: {exc}")
-            return False
-        if reply.status == 403:
-            raise Ending("heartbeat_refused", f"the head refused a heartbeat: {reply.describe()}")
-        if reply.status != 200:
-            self.log(f"heartbeat {beat['seq']} not taken: {reply.describe()}")
-            return False
-        self.retune(reply.doc)
-        return True
-
-    def retune(self, answer: Any) -> None:
-        """The head may change the heartbeat thresholds without a new container."""
-        if not isinstance(answer, dict):
-            return
-        s = self.settings
-        self.settings = dataclasses.replace(
-            s,
-            heartbeat_interval=_positive(answer.get("heartbeat_interval_seconds"))
-            or s.heartbeat_interval,
-            worker_gives_up_after=_positive(answer.get("worker_gives_up_after_seconds"))
-            or s.worker_gives_up_after,
-        )
-
-    def heartbeat(
-        self, seq: int, ray: raynode.RayProcess, worker_ports: list[int], node_manager: int
-    ) -> dict[str, Any]:
+            return HeartbeatFailed("Ray was not started")
         pids, limit = self.sampler.processes()
-        state = "running" if self.sampler.listening(node_manager) else "starting"
-        return {
-            "protocol": PROTOCOL,
-            "instance_id": self.settings.instance_id,
-            "record_id": self.record_id,
-            "boot_id": self.boot.boot_id,
-            "seq": seq,
-            "sent_at": time.time(),
-            "ray": {
-                "state": state,
+        body = messages.heartbeat_body(
+            self.settings,
+            record_id=self.state.record_id,
+            boot_id=self.boot.boot_id,
+            seq=command.seq,
+            sent_at=time.time(),
+            ray={
+                "state": "running" if self.sampler.listening(self._node_manager) else "starting",
                 "pid": ray.pid,
                 "exit_code": None,
                 "uptime_seconds": round(ray.uptime(), 3),
             },
-            "processes": {
-                "pids": pids,
-                "pids_limit": limit,
-                "ray_processes": group_size(ray.pid),
+            processes={"pids": pids, "pids_limit": limit, "ray_processes": group_size(ray.pid)},
+            worker_ports={
+                "in_use": self.sampler.ports_in_use(self._worker_ports),
+                "total": len(self._worker_ports),
             },
-            "worker_ports": {
-                "in_use": self.sampler.ports_in_use(worker_ports),
-                "total": len(worker_ports),
-            },
-            "utilisation": self.sampler.utilisation(),
-        }
+            utilisation=self.sampler.utilisation(),
+        )
+        reply = self._exchange(
+            self._heartbeat_url,
+            body=body,
+            context=self._heartbeat_context,
+            timeout=command.timeout,
+        )
+        if isinstance(reply, str):
+            return HeartbeatFailed(reply)
+        return HeartbeatAnswered(reply.status, reply.doc)
+
+    def _report(self, command: lifecycle.SendReport) -> Event:
+        if not self.settings.head_address:
+            return ReportDone(None, error="no head to report to")
+        body = messages.report_body(
+            self.settings, boot_id=self.boot.boot_id, report=command.report, at=time.time()
+        )
+        reply = self._exchange(
+            f"{self.settings.enroll_url}/report",
+            body=body,
+            context=self._head(),
+            timeout=command.timeout,
+        )
+        if isinstance(reply, str):
+            return ReportDone(None, error=reply)
+        return ReportDone(reply.status, reply.doc)
+
+    def _stop_ray(self, grace: float) -> None:
+        ray = self.ray
+        if ray is None:
+            return
+        self.log(f"stopping Ray (process group {ray.pid})")
+        self._ray_done = True  # its exit is the ending's own doing now
+        try:
+            ray.stop(grace)
+        except Exception as exc:  # the destroy must happen whatever Ray did
+            self.log(f"stopping Ray failed: {exc!r}")
+
+    # --- the network -----------------------------------------------------------------------
+
+    def _head(self) -> Any:
+        if self._head_context is None:
+            self._head_context = transport.pinned_context(self.settings.ca_pem)
+        return self._head_context
+
+    def _exchange(
+        self, url: str, *, body: dict[str, Any], context: Any, timeout: float
+    ) -> transport.Reply | str:
+        """One POST: the reply, or why there was none (no answer, or a signal cut it short)."""
+        self._interruptible = self.state.phase in lifecycle.LIVE_PHASES
+        try:
+            try:
+                if self._interruptible and self._signals:
+                    raise Interrupted(self._signals[0])
+                return transport.request(
+                    url, method="POST", body=body, context=context, timeout=timeout
+                )
+            finally:
+                self._interruptible = False
+        except Interrupted as why:
+            return f"interrupted by {why}"
+        except transport.TransportError as exc:
+            return str(exc)
 
 
-def _positive(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    return None
+def _exception(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
 
 def group_size(pgid: int) -> int:

@@ -17,8 +17,8 @@ import pytest
 from reconciler.head.agentsource import AgentBundle
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ["bootloader", "config", "cores", "ending", "main", "raynode", "sampling",
-           "transport", "watchdog"]  # fmt: skip
+MODULES = ["bootloader", "config", "cores", "ending", "lifecycle", "main", "messages",
+           "raynode", "sampling", "transport", "watchdog"]  # fmt: skip
 
 PROBE = """
 import importlib, json, sys

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.childenv import child_environment
+
 RECORD_FILE = "embedded.json"
 
 # The detached processes this process started. They are meant to outlive the command; holding
@@ -81,12 +83,12 @@ def _not_zombie(pid: int) -> bool:
 
 
 def spawn(argv: Sequence[str], *, env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A detached process group writing to `log`; stdin closed."""
+    """A detached process group writing to `log`; stdin closed; never the account's key."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             list(argv),
-            env=dict(env),
+            env=child_environment(env),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from reconciler.childenv import child_environment
 from reconciler.clock import Clock
 from reconciler.spec.loader import LoadResult, load, spec_files
 
@@ -67,7 +68,13 @@ class GitSync:
         where = cwd or self.checkout
         try:
             done = subprocess.run(
-                ["git", *args], cwd=where, capture_output=True, text=True, check=True, timeout=120
+                ["git", *args],
+                cwd=where,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=120,
+                env=child_environment(),
             )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)

@@ -1,0 +1,19 @@
+"""The one way tests wait: on a condition, with a deadline (never a bare sleep)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    """Poll until `condition()` is truthy and return its value; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what or condition}")
+        time.sleep(0.02)

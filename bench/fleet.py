@@ -8,21 +8,28 @@ How to run (from the repository root)::
 
 What it measures. One cluster runs on virtual time against an in-process vastsim with every part
 of the engine real (`bench.harness`: planner, listing checks, nets, money chain, executor,
-ledger); only the agents are played, through the head's own decisions. Ray's demand is a seeded
-step curve, so the cluster rents, loses and replaces machines all period long. Every rental draws
-a fate from a seeded mix, keyed by its rank (the k-th rental of every policy gets the k-th fate),
-and orphans appear at seeded times:
+ledger, the head's `HeadApp`), and every container of ours runs the agent's own state machine
+(`bench.agents`); failures are injected at the container's boundary or by vastsim. Ray's demand
+is a seeded step curve, so the cluster rents, loses and replaces machines all period long. Every
+rental draws a fate from a seeded mix, keyed by its rank (the k-th rental of every policy gets
+the k-th fate), and orphans appear at seeded times:
 
 - `stall`: provisioning stalls (the host never finishes loading: vastsim `never_boots`);
-- `boot`: the container runs but the start-up never completes (the agent never enrolls);
-- `dies`: the worker process dies while the instance keeps running (no more heartbeats);
+- `boot`: the container runs but the image's PID 1 never starts the agent (it never enrolls);
+- `dies`: the worker's container loses its network while the instance keeps running: no
+  heartbeat, no report and no self-destroy gets out, so only the head's side can end it (the
+  agent gives up after 300 s and keeps trying to destroy itself, in vain);
 - `net-drop`: the network path drops (vastsim takes the host `offline`, as the virtual-day test);
 - `orphan`: an instance at vast with our label and no record here (a crash between create and
   save);
 - `idle`: a worker whose job ended: it keeps heartbeating, quiet, and bills until something ends
   it. Every rental that does not fail ends its job this way; the `idle` fate has short jobs
   (minutes to an hour), `healthy` long ones (hours). Jobs have short quiet gaps, shorter than the
-  stop timer, so clearing the money chain's timers is exercised all along.
+  stop timer, so clearing the money chain's timers is exercised all along. The money chain's
+  stop is TERM to the agent, which reports and destroys its instance at once (the seed's TERM
+  row; a stop that keeps the disk is issue 16), so an idle worker bills no storage after its
+  stop and the floor below, which prices storage until the destroy timer, is generous to every
+  policy with a money chain.
 
 Per failure class: the dollars vastsim's meter billed after the failure began (from the instance's
 meter segments, to the run's end), the detection latency (failure start -> the instance's first
@@ -63,12 +70,13 @@ import argparse
 import contextlib
 import dataclasses
 import heapq
+import logging
 import math
 import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -76,12 +84,13 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/fleet.py`: the repository root holds `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import START, Agents, Fleet, Mode, fleet
+from bench.agents import ContainerFault, Image, Span
+from bench.harness import START, Fleet, fleet
 from bench.policies import POLICIES, RAY_VAST, Policy
 from reconciler.applying.journal import Journal
 from reconciler.applying.search import offer_search
 from reconciler.model.observed import CreateRequest
-from reconciler.model.records import InstanceRecord, Records, Role, label_for
+from reconciler.model.records import Records, label_for
 from reconciler.model.spec import ClusterSpec, Watchdogs
 from reconciler.planning.offers import unfit_reason
 from reconciler.spec.loader import load_texts
@@ -331,30 +340,6 @@ class Tracked:
 
 
 @dataclass
-class FleetAgents(Agents):
-    """The harness's agents with a workload per instance (the harness's `working` is one
-    function of time for the whole fleet): the instance being played is noted so `working` can
-    answer for it, and each enrollment is reported to the scenario."""
-
-    current: int = 0
-    on_enrolled: Callable[[int, float], None] = lambda vast_id, now: None
-    per_instance: Callable[[int, float], bool] = lambda vast_id, now: True
-
-    def __post_init__(self) -> None:
-        self.working = lambda now: self.per_instance(self.current, now)
-
-    def _one(
-        self, records: Records, record: InstanceRecord, spec: ClusterSpec, now: float, ip: str
-    ) -> Records:
-        self.current = record.vast_id or 0
-        after = super()._one(records, record, spec, now, ip)
-        became = after.instances.get(record.id)
-        if record.role is Role.CANDIDATE and became is not None and became.role is Role.WORKER:
-            self.on_enrolled(self.current, now)
-        return after
-
-
-@dataclass
 class Scenario:
     """Plays the seeded scenario into one fleet (fates on new rentals, failures when due,
     orphans, the demand curve) and remembers every instance for the accounting."""
@@ -372,10 +357,8 @@ class Scenario:
     def install(self) -> None:
         curve = demand_curve(self.config)
         self.fleet.signals.demand_at = lambda now: {(CLUSTER, NODE_TYPE): demand_at(curve, now)}
-        agents = FleetAgents(self.fleet.controller, self.fleet.sim)
-        agents.per_instance = self._working
-        agents.on_enrolled = self._enrolled
-        self.fleet.agents = agents
+        self.fleet.agents.next_fault = self._fault
+        self.fleet.agents.on_enrolled = self._enrolled
         for k, at in enumerate(orphan_times(self.config)):
             self._schedule(at, "orphan", k)
 
@@ -394,6 +377,15 @@ class Scenario:
     def _schedule(self, at: float, what: str, ident: int) -> None:
         self.seq += 1
         heapq.heappush(self.due, (at, self.seq, what, ident))
+
+    def _fault(self, vast_id: int) -> ContainerFault:
+        """Each container's boundary: its node's work from its story (and the image a failed
+        start-up has); set on the rental, read by the agent at its boot."""
+        t = self.tracked.get(vast_id)
+        return ContainerFault(
+            image=Image.IDLES if t is not None and t.story.fate is Fate.BOOT else Image.AGENT,
+            working=lambda now: self._working(vast_id, now),
+        )
 
     def _working(self, vast_id: int, now: float) -> bool:
         t = self.tracked.get(vast_id)
@@ -424,7 +416,7 @@ class Scenario:
             t.earliest = now + min(self.pull_limit, self.windows.provision_deadline_seconds)
             self.watching.add(vast_id)
         elif t.story.fate is Fate.BOOT:
-            self.fleet.agents.modes[vast_id] = Mode.NEVER_ENROLLS
+            self.fleet.faults[vast_id] = self._fault(vast_id)  # before its container boots
             self.watching.add(vast_id)
 
     def _progress(self, t: Tracked, inst: Instance | None) -> None:
@@ -460,11 +452,17 @@ class Scenario:
             t.earliest = t.failed_at + self.windows.idle_stop_after_seconds
             return
         if what == Fate.DIES.value:
-            self.fleet.agents.modes[ident] = Mode.SILENT
+            cut = Span(now)
+            self.fleet.faults[ident] = dataclasses.replace(
+                self.fleet.agents.fault(ident), head_unreachable=cut, vast_unreachable=cut
+            )
         else:
             self.fleet.sim.faults.offline(ident)
-        last = self.fleet.agents.last_beat.get(ident, now)
-        t.earliest = max(now, last + self.windows.went_silent_after_seconds)
+        agent = self.fleet.agent(ident)
+        last = agent.last_heartbeat_success if agent is not None else None
+        t.earliest = max(
+            now, (now if last is None else last) + self.windows.went_silent_after_seconds
+        )
 
     def _orphan(self, k: int, now: float) -> None:
         """An instance with our label and no record, on one of the cheapest fitting offers."""
@@ -796,6 +794,8 @@ def table(results: Sequence[PolicyResult]) -> str:
 def main(argv: Sequence[str] | None = None) -> list[PolicyResult]:
     """Run the policies on the same scenario, print the table, return the results."""
     args = _parser().parse_args(argv)
+    # the heads say each worker's report in their log; the ledger keeps it, the table reads that
+    logging.getLogger("reconciler.head").addHandler(logging.NullHandler())
     config = dataclasses.replace(QUICK if args.quick else FULL, seed=args.seed)
     if args.hours is not None:
         config = dataclasses.replace(config, hours=args.hours)

@@ -1,50 +1,64 @@
-"""A fleet on virtual time: the real controller against an in-process vastsim, with agents played.
+"""A fleet on virtual time: the real controller, the real heads and the real agent's decisions,
+against an in-process vastsim.
 
-Used by the virtual-day test (`tests/watch/test_virtual_day.py`) and the fleet benchmark. Every
-part on the path is real: vastsim on a `VirtualClock`, the vast client over `InProcessTransport`,
-the `Controller` (planner, nets, executor, journal, ledger). Only the agents inside the containers
-are played here: once a candidate's container runs, its agent enrolls and heartbeats through the
-head's own pure decisions (`head.enrollment.enroll`, `head.heartbeats.heartbeat`), applied with
-`Controller.mutate` as the head's service applies them. Each instance's agent has a `Mode`, which
-is how a test or a benchmark makes a machine fail in one of the ways the seeds list.
+Used by the virtual-day test (`tests/watch/test_virtual_day.py`), the storm tests and the fleet
+benchmark. Every part on the path is real: vastsim on a `VirtualClock`, the vast client over
+`InProcessTransport`, the `Controller` (planner, nets, executor, journal, ledger), and per
+cluster a head: its PKI (`reconciler.watch.headside.cluster_pki`), its `HeadApp` (schemas,
+decisions, the records lock, the ledger) called in-process, and its launcher
+(`reconciler.head.service.launcher_for`), so every rent carries the bootloader, a real join
+token, the CA and the head's address in its environment, as on vast. The head's own destroys
+(extra candidates, failed token checks) are carried out at once on the virtual clock
+(`SyncDestroyer`) instead of by the destroyer's thread.
+
+Inside each container runs the agent's state machine (`bench.agents`): nothing plays a worker by
+hand. A test or a benchmark makes a machine fail only at the boundary, per instance
+(`Fleet.agents.faults[vast_id] = ContainerFault(...)`, or `fleet(faults=...)` / `next_fault` to
+choose one for each new instance), and says whether each node has work (`working`); vastsim's own
+faults stay as they are (`Fleet.sim.faults`).
+
+    with fleet([spec_a, spec_b], faults=lambda vast_id: HEALTHY, working=lambda now: True) as f:
+        f.run_until(START + 3600)
+        f.agents.faults[vast_id] = ContainerFault(ray_exits_at=f.clock.now() + 60)
+        f.run_until(f.clock.now() + 300)
+        f.agent(vast_id).ending         # Report(reason="ray_exited", ...)
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from bench.agents import DOCKER_STOP_GRACE, AgentBehaviour, AgentWorld, ContainerFault
 from reconciler.applying.journal import Journal
-from reconciler.applying.launch import ImageLauncher
-from reconciler.head import enrollment, heartbeats, tokens
+from reconciler.applying.launch import ImageLauncher, Launcher
+from reconciler.head.agentsource import AgentBundle
+from reconciler.head.answers import HeadEndpoints
+from reconciler.head.app import HeadApp
 from reconciler.head.decisions import Destroy
 from reconciler.head.destroyer import Destroyer
-from reconciler.head.messages import EnrollRequest, Heartbeat, RaySample
-from reconciler.head.pki import WorkerIdentity
+from reconciler.head.service import launcher_for
 from reconciler.model.codec import encode
 from reconciler.model.observation import NodeKey
-from reconciler.model.records import InstanceRecord, Intent, Records, Role
+from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
-from reconciler.state.ledger import LedgerWriter, ledger_path
+from reconciler.state.ledger import LedgerKind, LedgerWriter, ledger_path
 from reconciler.state.memory import MemoryStore
 from reconciler.vast.client import VastClient
 from reconciler.vast.config import ClientSettings
 from reconciler.vast.factory import client_from_settings
 from reconciler.watch.controller import AgentSignals, Controller
-from vastsim import InProcessTransport, Market, Sim, Timing, VirtualClock
+from reconciler.watch.headside import ByCluster, cluster_pki
+from vastsim import InProcessTransport, Market, ScriptedRunner, Sim, Timing, VirtualClock
 
 API_KEY = "harness-api-key-7c1d"
+VAST_URL = "http://vastsim"
 START = 1_790_000_000.0
-
-
-class Mode(StrEnum):
-    HEALTHY = "healthy"  # enrolls, heartbeats, busy while there is demand
-    NEVER_ENROLLS = "never-enrolls"  # the container runs, the start-up never completes
-    SILENT = "silent"  # enrolled once, then its worker process died: no more heartbeats
+PORT_STEP = 100  # two clusters that name the same head ports get ports this far apart
 
 
 class SimClock:
@@ -74,143 +88,36 @@ class DemandSignals(AgentSignals):
         return self.demand_at(self.clock.now()) if self.clock else {}
 
 
-@dataclass
-class Agents:
-    """The agents of every container, played: enroll when running, heartbeat every interval."""
+class SyncDestroyer(Destroyer):
+    """The head's destroyer, carrying each destroy out at once: on virtual time there is no
+    thread to hand it to (the agent that enrolled is answered after the call, not before)."""
 
-    controller: Controller
-    sim: Sim
-    modes: dict[int, Mode] = field(default_factory=dict)
-    next_mode: Callable[[int], Mode] = lambda vast_id: Mode.HEALTHY
-    working: Callable[[float], bool] = lambda now: True
-    last_beat: dict[int, float] = field(default_factory=dict)
-    serial: int = 1
-    seq: int = 0
-    _destroys: list[Destroy] = field(default_factory=list)
+    def submit(self, destroy: Destroy) -> None:
+        self.carry_out(destroy)
 
-    def mode(self, vast_id: int) -> Mode:
-        if vast_id not in self.modes:
-            self.modes[vast_id] = self.next_mode(vast_id)
-        return self.modes[vast_id]
 
-    def act(self) -> None:
-        running = {
-            i.id: i.public_ip for i in self.sim.instances.values() if i.actual_status == "running"
-        }
-        self.controller.mutate(lambda records, now: self._act(records, now, running))
-        # the head ends extra candidates at once, after the enrollment is saved
-        for cluster in self.controller.specs:
-            destroyer = Destroyer(
-                cluster=cluster,
-                provider=self.controller.provider,
-                host=self.controller,
-                ledger=self.controller.journal,
-                clock=self.controller.clock,
-            )
-            for destroy in [d for d in self._destroys if self._cluster_of(d) == cluster]:
-                destroyer.carry_out(destroy)
-        self._destroys.clear()
+class ControllerLedger:
+    """The heads' ledger sink: whatever journal the controller holds now (a benchmark may swap
+    in another after the fleet is built)."""
 
-    def _cluster_of(self, destroy: Destroy) -> str | None:
-        record = self.controller.records().instances.get(destroy.record_id)
-        return record.cluster if record else None
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
 
-    def _act(self, records: Records, now: float, running: Mapping[int, str]) -> Records:
-        for cluster, spec in self.controller.specs.items():
-            for record in list(records.instances.values()):
-                ip = running.get(record.vast_id) if record.vast_id is not None else None
-                if record.cluster != cluster or ip is None:
-                    continue
-                if not record.live or record.intent is not Intent.RUNNING:
-                    continue
-                records = self._one(records, record, spec, now, ip)
-        return records
-
-    def _one(
-        self, records: Records, record: InstanceRecord, spec: ClusterSpec, now: float, ip: str
-    ) -> Records:
-        vast_id = record.vast_id or 0
-        mode = self.mode(vast_id)
-        if record.role is Role.CANDIDATE and mode is not Mode.NEVER_ENROLLS:
-            return self._enroll(records, record, spec, now, ip)
-        if record.role is Role.WORKER and mode is Mode.HEALTHY:
-            due = (
-                now - self.last_beat.get(vast_id, 0.0) >= spec.watchdogs.heartbeat_interval_seconds
-            )
-            if due:
-                self.last_beat[vast_id] = now
-                return self._beat(records, record, spec, now)
-        return records
-
-    def _enroll(
-        self, records: Records, record: InstanceRecord, spec: ClusterSpec, now: float, ip: str
-    ) -> Records:
-        token = tokens.mint()
-        window = tokens.enrollment_window(spec, spec.node_types[record.node_type])
-        records = tokens.with_token(
-            records,
-            tokens.join_token(
-                token, cluster=spec.name, record_id=record.id, now=now, window=window
-            ),
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.controller.journal.log(
+            cluster, kind, cls, message, record=record, instance=instance, dph=dph, data=data
         )
-        vast_id = record.vast_id or 0
-        request = EnrollRequest(
-            token=token,
-            instance_id=vast_id,
-            boot_id=f"boot-{vast_id}",
-            public_ip=ip,
-            ports={},
-            cpus=8,
-            gpus=1,
-        )
-        self.serial += 1
-        decision = enrollment.enroll(
-            records,
-            request,
-            cluster=spec.name,
-            lineage=self.controller.journal.lineage,
-            now=now,
-            serial=self.serial,
-        )
-        self._destroys.extend(decision.destroys)
-        return decision.records if decision.refusal is None else records
-
-    def _beat(
-        self, records: Records, record: InstanceRecord, spec: ClusterSpec, now: float
-    ) -> Records:
-        self.seq += 1
-        vast_id = record.vast_id or 0
-        identity = WorkerIdentity(spec.name, record.id, vast_id, record.slot_id or "", serial=1)
-        work = self.working(now)
-        beat = Heartbeat(
-            instance_id=vast_id,
-            record_id=record.id,
-            boot_id=f"boot-{vast_id}",
-            seq=self.seq,
-            sent_at=now,
-            ray=RaySample("running", 4242, None, 60.0),
-            pids=120,
-            pids_limit=None,
-            worker_ports_in_use=(),
-            worker_ports_total=100,
-            sample_seconds=30.0,
-            cpu_fraction=0.8 if work else 0.01,
-            load1=4.0 if work else 0.0,
-            memory_used_fraction=0.4,
-            net_rx_bytes=50_000_000 if work else 0,
-            net_tx_bytes=5_000_000 if work else 0,
-            gpu_fraction=0.9 if work else 0.0,
-            received_at=now,
-        )
-        decision = heartbeats.heartbeat(
-            records,
-            identity,
-            beat,
-            cluster=spec.name,
-            lineage=self.controller.journal.lineage,
-            now=now,
-        )
-        return decision.records if decision.refusal is None else records
 
 
 @dataclass
@@ -219,17 +126,33 @@ class Fleet:
     clock: SimClock
     client: VastClient
     controller: Controller
-    agents: Agents
+    heads: dict[str, HeadApp]  # by cluster
+    agents: AgentWorld
     signals: DemandSignals
     ledger: Path
+
+    @property
+    def faults(self) -> dict[int, ContainerFault]:
+        """Each instance's fault (set one at any time; `agents.next_fault` picks new ones)."""
+        return self.agents.faults
+
+    def agent(self, vast_id: int) -> AgentBehaviour | None:
+        """What the agent of an instance's latest boot did (its machine state, reports, calls)."""
+        return self.agents.agent(vast_id)
+
+    def tick(self) -> None:
+        """One controller tick; then agents whose moment came during it act, at once."""
+        with self.agents.turn():
+            self.controller.tick()
+        self.sim.step()
 
     def run_until(
         self, until: float, *, step: float = 15.0, each: Callable[[], None] | None = None
     ) -> None:
-        """Agents act, the controller ticks, time moves on by `step`, until `until`."""
+        """The controller ticks every `step` seconds until `until`; the agents act at their own
+        moments in between (the simulator's clock jumps to each)."""
         while self.clock.now() < until:
-            self.agents.act()
-            self.controller.tick()
+            self.tick()
             if each is not None:
                 each()
             self.clock.sleep(step)
@@ -237,11 +160,22 @@ class Fleet:
 
 @contextlib.contextmanager
 def fleet(
-    spec: ClusterSpec,
+    specs: ClusterSpec | Sequence[ClusterSpec],
     *,
     market: Market | None = None,
     timing: Timing | None = None,
+    faults: Callable[[int], ContainerFault] | None = None,
+    working: Callable[[float], bool] | None = None,
 ) -> Iterator[Fleet]:
+    """A controller for `specs` (one cluster or several), one head per cluster, vastsim with the
+    agent in every container of ours; torn down (every instance destroyed) on exit."""
+    clusters = [specs] if isinstance(specs, ClusterSpec) else list(specs)
+    bundle = AgentBundle.load()
+    world = AgentWorld(bootloader=bundle.bootloader)
+    if faults is not None:
+        world.next_fault = faults
+    if working is not None:
+        world.working = working
     with (
         tempfile.TemporaryDirectory() as tmp,
         Sim(
@@ -249,14 +183,16 @@ def fleet(
             clock=VirtualClock(START),
             api_key=API_KEY,
             timing=timing or Timing(),
+            runner=ScriptedRunner(world.behaviour, stop_grace=DOCKER_STOP_GRACE),
         ) as sim,
     ):
+        world.attach(sim)
         clock = SimClock(sim)
         store = MemoryStore(clock=clock, secrets=(API_KEY,))
         store.lock("watch")
         snapshot = store.write(encode(Records()), based_on=None)
         client = client_from_settings(
-            env={"VAST_API_KEY": API_KEY, "VAST_URL": "http://vastsim"},
+            env={"VAST_API_KEY": API_KEY, "VAST_URL": VAST_URL},
             spec_url=None,
             clock=clock,
             transport=InProcessTransport(sim),
@@ -269,12 +205,60 @@ def fleet(
         ):
             journal = Journal(store, ledger, snapshot)
             controller = Controller(
-                specs={spec.name: spec},
+                specs={spec.name: spec for spec in clusters},
                 journal=journal,
                 provider=client,
                 launcher=ImageLauncher(),
                 clock=clock,
                 signals=signals,
             )
-            agents = Agents(controller, sim)
-            yield Fleet(sim, clock, client, controller, agents, signals, ledger_path(Path(tmp)))
+            heads = _heads(controller, clusters, Path(tmp), bundle, clock)
+            launchers: dict[str, Launcher] = {}
+            for name, app in heads.items():
+                world.serve(app)
+                launchers[name] = launcher_for(
+                    app, vast_url=VAST_URL, clock=clock, forbidden=(API_KEY,)
+                )
+            controller.launcher = ByCluster(launchers, ImageLauncher())
+            yield Fleet(
+                sim, clock, client, controller, heads, world, signals, ledger_path(Path(tmp))
+            )
+
+
+def _heads(
+    controller: Controller,
+    clusters: Sequence[ClusterSpec],
+    state_dir: Path,
+    bundle: AgentBundle,
+    clock: SimClock,
+) -> dict[str, HeadApp]:
+    """One `HeadApp` per cluster, sharing the controller's records and ledger, each at its own
+    (virtual) ports: nothing is bound, the agents call the apps in-process."""
+    heads: dict[str, HeadApp] = {}
+    taken: set[tuple[str, int]] = set()
+    ledger = ControllerLedger(controller)
+    for spec in clusters:
+        head = spec.head
+        enroll, beat = head.enroll_port, head.heartbeat_port
+        while {(head.address, enroll), (head.address, beat)} & taken:
+            enroll, beat = enroll + PORT_STEP, beat + PORT_STEP
+        taken |= {(head.address, enroll), (head.address, beat)}
+        destroyer = SyncDestroyer(
+            cluster=spec.name,
+            provider=controller.provider,
+            host=controller,
+            ledger=ledger,
+            clock=clock,
+        )
+        heads[spec.name] = HeadApp(
+            spec=spec,
+            cluster_pki=cluster_pki(state_dir, spec, clock.now()),
+            host=controller,
+            ledger=ledger,
+            destroyer=destroyer,
+            lineage=controller.journal.lineage,
+            clock=clock,
+            endpoints=HeadEndpoints(head.address, head.ray_port, enroll, beat),
+            agent=bundle,
+        )
+    return heads

@@ -19,6 +19,10 @@ Callbacks run without the simulator's lock, in the thread that made the change (
 into the simulator's HTTP server. Behaviours that call the API do so from `step`.
 
 `ScriptedRunner` runs no processes: a `Behaviour` object per boot decides what the container does.
+Its `stop_grace` is docker stop's: with it, a stopped container's PID 1 has had TERM (`on_stop`)
+and is still stepped until the grace is over (it may report, or destroy its own instance, as a
+real agent does within those seconds), then it is killed. Without it (the default) a stop ends
+the container at once.
 """
 
 from __future__ import annotations
@@ -144,10 +148,13 @@ class ScriptedRunner(FakePorts):
 
     host_ip: str | None = None
 
-    def __init__(self, factory: BehaviourFactory | None = None) -> None:
+    def __init__(self, factory: BehaviourFactory | None = None, *, stop_grace: float = 0.0) -> None:
         super().__init__()
         self._factory: BehaviourFactory = factory or (lambda spec: Behaviour())
+        self.stop_grace = stop_grace
         self._live: dict[int, tuple[Container, Behaviour]] = {}
+        # stopped containers inside docker stop's grace: (container, behaviour, killed at)
+        self._dying: dict[int, tuple[Container, Behaviour, float]] = {}
         self._logs: dict[int, list[str]] = {}
         self._exited: list[int] = []
         self._lock = threading.Lock()
@@ -163,17 +170,22 @@ class ScriptedRunner(FakePorts):
         behaviour.on_start(container, now)
 
     def stop(self, instance_id: int, now: float) -> None:
+        """docker stop: TERM to PID 1 (`on_stop`), KILL once `stop_grace` is over."""
         with self._lock:
             entry = self._live.pop(instance_id, None)
+            if entry is not None and self.stop_grace > 0:
+                self._dying[instance_id] = (entry[0], entry[1], now + self.stop_grace)
         if entry is not None:
             entry[1].on_stop(entry[0], now)
 
     def destroy(self, instance_id: int, now: float) -> None:
         with self._lock:
             entry = self._live.pop(instance_id, None)
+            dying = self._dying.pop(instance_id, None)
             self._logs.pop(instance_id, None)
-        if entry is not None:
-            entry[1].on_destroy(entry[0], now)
+        for ended in (entry, dying[:2] if dying else None):
+            if ended is not None:
+                ended[1].on_destroy(ended[0], now)
 
     def signal(self, instance_id: int, sig: int, now: float) -> bool:
         with self._lock:
@@ -186,6 +198,12 @@ class ScriptedRunner(FakePorts):
     def step(self, now: float) -> list[int]:
         with self._lock:
             live = list(self._live.items())
+            for instance_id, (container, _, kill_at) in list(self._dying.items()):
+                if now >= kill_at or container.exit_code is not None:
+                    del self._dying[instance_id]  # KILL, or PID 1 is gone: the stop is done
+            dying = list(self._dying.values())
+        for container, behaviour, _ in dying:
+            behaviour.step(container, now)
         for _, (container, behaviour) in live:
             if container.exit_code is None:
                 behaviour.step(container, now)
@@ -205,7 +223,11 @@ class ScriptedRunner(FakePorts):
     def next_wakeup(self) -> float | None:
         with self._lock:
             live = list(self._live.values())
+            dying = list(self._dying.values())
         times = [t for c, b in live if (t := b.next_wakeup(c)) is not None]
+        for container, behaviour, kill_at in dying:
+            wake = behaviour.next_wakeup(container)
+            times.append(kill_at if wake is None else min(wake, kill_at))
         if any(c.exit_code is not None for c, _ in live):
             return float("-inf")
         return min(times) if times else None
@@ -227,7 +249,7 @@ class ScriptedRunner(FakePorts):
 
     def shutdown(self) -> None:
         with self._lock:
-            ids = list(self._live)
+            ids = sorted(set(self._live) | set(self._dying))
         for instance_id in ids:
             self.destroy(instance_id, 0.0)
 

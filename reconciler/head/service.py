@@ -248,13 +248,10 @@ class HeadService:
         agent_env: Mapping[str, str] | None = None,
     ) -> AgentLauncher:
         """The launcher whose candidates enroll here."""
-        return AgentLauncher(
-            endpoints=self.endpoints,
-            ca_pem=self.app.pki.ca_pem,
-            agent=self.app.agent,
+        return launcher_for(
+            self.app,
             vast_url=vast_url,
             clock=clock,
-            ports=self.app.ports,
             python=python,
             forbidden=forbidden,
             agent_env=agent_env,
@@ -302,6 +299,31 @@ class HeadService:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def launcher_for(
+    app: HeadApp,
+    *,
+    vast_url: str,
+    clock: Clock,
+    python: str = "python3",
+    forbidden: tuple[str, ...] = (),
+    agent_env: Mapping[str, str] | None = None,
+) -> AgentLauncher:
+    """The launcher whose candidates enroll at `app`: its endpoints, its CA, its agent bundle and
+    its port plan go into every create request. A head served on sockets (`HeadService`) and one
+    called in-process (the virtual-time harness) build it the same way."""
+    return AgentLauncher(
+        endpoints=app.endpoints,
+        ca_pem=app.pki.ca_pem,
+        agent=app.agent,
+        vast_url=vast_url,
+        clock=clock,
+        ports=app.ports,
+        python=python,
+        forbidden=forbidden,
+        agent_env=agent_env,
+    )
 
 
 def _port(server: _TlsServer) -> int:

@@ -321,3 +321,58 @@ def test_control_api_signal_and_advance(client: httpx.Client, sim: Sim) -> None:
     meter = client.get("/_sim/meter", params={"label_prefix": ""}, headers=admin).json()
     assert meter["total"] == pytest.approx(sim.meter.total())
     assert json.loads(json.dumps(meter))["label_prefix"] == meter["total"]
+
+
+class DestroysOnTerm(Behaviour):
+    """A PID 1 that answers docker stop's TERM by destroying its own instance 3 s later."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.term_at: float | None = None
+        self.steps: list[float] = []
+
+    def on_stop(self, container: Container, now: float) -> None:
+        self.term_at = now
+
+    def next_wakeup(self, container: Container) -> float | None:
+        return None if self.term_at is None else self.term_at + 3
+
+    def step(self, container: Container, now: float) -> None:
+        self.steps.append(now)
+        if self.term_at is not None and now >= self.term_at + 3:
+            headers = {"Authorization": f"Bearer {container.env['CONTAINER_API_KEY']}"}
+            with httpx.Client(transport=InProcessTransport(self.sim), base_url="http://v") as http:
+                http.delete(f"/api/v0/instances/{container.env['CONTAINER_ID']}/", headers=headers)
+
+
+@pytest.mark.parametrize(("grace", "destroyed"), [(10.0, True), (2.0, False), (0.0, False)])
+def test_a_stopped_scripted_container_runs_through_docker_stops_grace(
+    grace: float, destroyed: bool
+) -> None:
+    holder: list[Sim] = []
+    made: list[DestroysOnTerm] = []
+
+    def factory(spec: ContainerSpec) -> Behaviour:
+        made.append(DestroysOnTerm(holder[0]))
+        return made[-1]
+
+    runner = ScriptedRunner(factory, stop_grace=grace)
+    with Sim(
+        market=small_market(), clock=VirtualClock(T0), api_key=KEY, runner=runner, timing=TIMING
+    ) as sim:
+        holder.append(sim)
+        client = httpx.Client(
+            transport=InProcessTransport(sim),
+            base_url="http://v",
+            headers={"Authorization": f"Bearer {KEY}"},
+        )
+        instance_id = rent(client, 1)["new_contract"]
+        sim.advance(20)
+        client.put(f"/api/v0/instances/{instance_id}/", json={"state": "stopped"})
+        assert made[0].term_at == T0 + 20 and runner.running(instance_id) is None
+        sim.advance(60)
+        # KILLed at the end of the grace: a grace shorter than 3 s never sees its own destroy
+        assert (show(client, instance_id) is None) is destroyed
+        after = [t for t in made[0].steps if t > T0 + 20]
+        assert all(t < T0 + 20 + grace for t in after) and (after != []) is (grace > 3)
+        client.close()

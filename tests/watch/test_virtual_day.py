@@ -1,20 +1,27 @@
 """A whole virtual day of one cluster: each way a machine dies, an idle period, and no false ends.
 
-The real controller (planner, nets, money chain, executor, ledger) runs against an in-process
-vastsim on virtual time; the agents are played by `bench.harness` through the head's own
-decisions. The day, in virtual hours:
+The real controller (planner, nets, money chain, executor, ledger) and the real head
+(`HeadApp`) run against an in-process vastsim on virtual time, and every container of ours runs
+the agent's own state machine (`bench.harness`); failures are injected at the container's
+boundary or by vastsim. The day, in virtual hours:
 
 - 0h: Ray wants 2 workers. The cheapest machine never boots: provisioning stalls, and the
   provisioning deadline (fixed when the request was placed) ends it.
-- the next machine rented after that runs but its start-up never completes (never enrolls).
-- 3h: a worker's process dies while its instance keeps running: only the went-silent net sees it.
+- the next machine rented after that runs an image whose PID 1 never starts the agent (it never
+  enrolls).
+- 3h: a worker's container loses its network while its instance keeps running (no heartbeat, no
+  report, no self-destroy gets out): only the went-silent net sees it.
+- 4h: Ray exits on a worker: its agent reports `ray_exited` and destroys its own instance.
 - 5h: a worker's host drops off the network: it is marked lost first (never destroyed for that),
   and ended when its own report has been silent past the went-silent threshold.
 - 7h: an instance with our label but no record appears at vast: the orphan sweep ends it.
-- 9h: the demand stops: the idle workers are stopped, then destroyed (stop first).
+- 9h: the demand stops: the idle workers are stopped first (the money chain's reversible step).
+  A vast stop is TERM to PID 1, and the agent answers every TERM as the seed says: it reports
+  `signal` and destroys its own instance within docker's stop grace, so the chain's destroy
+  step has nothing left to do. (A deliberate stop that keeps the disk is issue 16.)
 
-Each failed machine must be ended by the expected net within its window; healthy ones only by the
-money chain after the demand stopped; the ledger must tell each story.
+Each failed machine must be ended by the expected net (or by its own agent) within its window;
+healthy ones only after the demand stopped; the ledger must tell each story.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.harness import START, Fleet, Mode, fleet
+from bench.agents import ContainerFault, Image
+from bench.harness import START, Fleet, fleet
 from reconciler.applying.search import offer_search
 from reconciler.model.observed import CreateRequest
 from reconciler.model.records import Intent, Phase, Role, label_for
@@ -33,6 +41,7 @@ from reconciler.planning.offers import unfit_reason
 from reconciler.spec.loader import load_texts
 
 H = 3600.0
+DOCKER_GRACE = 10.0  # docker stop's grace: the agent's report and destroy happen within it
 SPEC = """\
 apiVersion: ray-vast/v1
 kind: Cluster
@@ -54,10 +63,12 @@ spec:
 
 @dataclass
 class Injected:
+    name: str
     vast_id: int
     at: float
     expect: frozenset[str]  # detection classes that may end it
     window: float  # its configured window plus a cadence and a tick of slack
+    reason: str | None = None  # the reason its own agent must report, when it ends itself
 
 
 @dataclass
@@ -103,6 +114,7 @@ def day() -> Iterator[Day]:
         ]
         injected += [
             Injected(
+                "stall",
                 v,
                 START,
                 frozenset({"provision_deadline"}),
@@ -111,17 +123,17 @@ def day() -> Iterator[Day]:
             for v in stalled
         ]
 
-        # the next new instance after this point never completes its start-up
-        known = set(f.agents.modes)
+        # the next new instance after this point runs an image that never starts the agent
+        known = set(f.agents.faults)
         first_new: list[int] = []
 
-        def never_enrolls(vast_id: int) -> Mode:
+        def never_enrolls(vast_id: int) -> ContainerFault:
             if not first_new and vast_id not in known:
                 first_new.append(vast_id)
-                return Mode.NEVER_ENROLLS
-            return Mode.HEALTHY
+                return ContainerFault(image=Image.IDLES)
+            return ContainerFault()
 
-        f.agents.next_mode = never_enrolls
+        f.agents.next_fault = never_enrolls
         f.run_until(START + 3 * H)
         assert first_new, "no instance was rented after the stall was ended"
         rented_at = next(
@@ -131,22 +143,38 @@ def day() -> Iterator[Day]:
         )
         injected.append(
             Injected(
+                "never-enrolls",
                 first_new[0],
                 rented_at,
                 frozenset({"enrollment_timeout", "never_reported"}),
                 w.never_reported_seconds + c.boot_failure_seconds * 2 + 60,
             )
         )
-        f.agents.next_mode = lambda vast_id: Mode.HEALTHY
+        f.agents.next_fault = lambda vast_id: ContainerFault()
 
         dies = _live_workers(f)[0]
-        f.agents.modes[dies] = Mode.SILENT
+        f.faults[dies] = ContainerFault.network_cut(f.clock.now())
         injected.append(
             Injected(
+                "network-cut",
                 dies,
                 f.clock.now(),
                 frozenset({"went_silent"}),
                 w.went_silent_after_seconds + c.went_silent_seconds + 60,
+            )
+        )
+        f.run_until(START + 4 * H)
+
+        ray_dies = _live_workers(f)[0]
+        f.faults[ray_dies] = ContainerFault(ray_exits_at=f.clock.now() + 1, ray_exit_code=9)
+        injected.append(
+            Injected(
+                "ray-exits",
+                ray_dies,
+                f.clock.now(),
+                frozenset({"worker_report"}),
+                DOCKER_GRACE,
+                reason="ray_exited",
             )
         )
         f.run_until(START + 5 * H)
@@ -155,6 +183,7 @@ def day() -> Iterator[Day]:
         f.sim.faults.offline(cut)
         injected.append(
             Injected(
+                "host-offline",
                 cut,
                 f.clock.now(),
                 frozenset({"went_silent"}),
@@ -170,6 +199,7 @@ def day() -> Iterator[Day]:
         )
         injected.append(
             Injected(
+                "orphan",
                 orphan.instance_id,
                 f.clock.now(),
                 frozenset({"orphan"}),
@@ -183,12 +213,21 @@ def day() -> Iterator[Day]:
 
 
 def _ended_at(day: Day, vast_id: int) -> float | None:
-    calls = [
+    """When vast destroyed the instance (by the head's call or by its own agent's)."""
+    inst = day.fleet.sim.instance(vast_id)
+    return inst.destroyed_at if inst is not None else None
+
+
+def _injected(day: Day, name: str) -> Injected:
+    return next(f for f in day.injected if f.name == name)
+
+
+def _reports(day: Day, vast_id: int) -> list[dict[str, object]]:
+    return [
         e
         for e in day.ledger
-        if e["instance"] == vast_id and e["kind"] == "outcome" and "destroyed" in str(e["message"])
+        if e["instance"] == vast_id and e["class"] == "worker_report" and e["kind"] == "detection"
     ]
-    return float(calls[0]["time"]) if calls else None  # type: ignore[arg-type]
 
 
 def test_every_failure_has_its_detection_in_the_ledger(day: Day) -> None:
@@ -203,7 +242,14 @@ def _classes(day: Day, vast_id: int) -> set[str]:
 
 
 def test_every_injected_failure_was_ended_by_its_net_in_time(day: Day) -> None:
-    assert len(day.injected) == 5
+    assert [f.name for f in day.injected] == [
+        "stall",
+        "never-enrolls",
+        "network-cut",
+        "ray-exits",
+        "host-offline",
+        "orphan",
+    ]
     for failure in day.injected:
         ended = _ended_at(day, failure.vast_id)
         assert ended is not None, f"{failure} was never ended"
@@ -216,10 +262,26 @@ def test_every_injected_failure_was_ended_by_its_net_in_time(day: Day) -> None:
             if e["instance"] == failure.vast_id and e["kind"] == "decision"
         }
         assert by_net & failure.expect, f"{failure}: ended by {by_net}"
+        reasons = [r["data"]["reason"] for r in _reports(day, failure.vast_id)]  # type: ignore[index]
+        assert reasons == ([failure.reason] if failure.reason else []), failure
+
+
+def test_a_worker_whose_ray_exits_reports_then_destroys_itself_with_its_own_key(day: Day) -> None:
+    failure = _injected(day, "ray-exits")
+    (report,) = _reports(day, failure.vast_id)
+    assert report["data"]["trusted"] is True  # type: ignore[index]
+    assert "code 9" in str(report["message"])
+    ended = _ended_at(day, failure.vast_id)
+    assert ended is not None and float(report["time"]) <= ended  # type: ignore[arg-type]
+    path = f"/api/v0/instances/{failure.vast_id}/"
+    deletes = [r for r in day.fleet.sim.requests if r.method == "DELETE" and r.path == path]
+    assert [d.identity for d in deletes] == ["instance"]  # its own key; the head never called
+    agent = day.fleet.agent(failure.vast_id)
+    assert agent is not None and agent.phase == "confirmed"
 
 
 def test_the_network_drop_was_marked_lost_before_it_was_ended(day: Day) -> None:
-    cut = day.injected[3].vast_id
+    cut = _injected(day, "host-offline").vast_id
     lost = [e for e in day.ledger if e["instance"] == cut and e["class"] == "lost"]
     silent = [
         e
@@ -233,28 +295,36 @@ def test_the_network_drop_was_marked_lost_before_it_was_ended(day: Day) -> None:
 def test_no_healthy_machine_was_ended_before_the_idle_period(day: Day) -> None:
     failed = {f.vast_id for f in day.injected}
     idle_from = START + 9 * H
-    for entry in day.ledger:
-        if entry["kind"] != "outcome" or "destroyed" not in str(entry["message"]):
-            continue
-        if entry["instance"] in failed:
-            continue
-        assert float(entry["time"]) >= idle_from, f"healthy machine ended early: {entry}"  # type: ignore[arg-type]
+    healthy = set(day.fleet.sim.meter.instance_ids()) - failed
+    assert len(healthy) >= 2
+    for vast_id in healthy:
+        ended = _ended_at(day, vast_id)
+        assert ended is not None and ended >= idle_from, f"healthy {vast_id} ended at {ended}"
+        assert not any(r["data"]["reason"] != "signal" for r in _reports(day, vast_id))  # type: ignore[index]
 
 
-def test_idle_workers_were_stopped_before_they_were_destroyed(day: Day) -> None:
+def test_idle_workers_were_stopped_and_their_agents_answered_the_stops_term(day: Day) -> None:
+    """The money chain stops first; the stop is TERM to PID 1, which the agent answers as every
+    TERM: it reports `signal` (the head dooms the record) and destroys its own instance within
+    docker's stop grace. The chain's destroy step then has nothing to do."""
     stops = {
-        e["instance"]: float(e["time"])
+        e["instance"]: float(e["time"])  # type: ignore[arg-type]
         for e in day.ledger
         if e["class"] == "idle_stop" and e["kind"] == "outcome"
-    }  # type: ignore[arg-type]
-    destroys = {
-        e["instance"]: float(e["time"])
-        for e in day.ledger
-        if e["class"] == "idle_destroy" and e["kind"] == "outcome"
-    }  # type: ignore[arg-type]
+    }
     assert stops, "nothing was stopped in the idle period"
     for instance, stopped in stops.items():
-        assert instance in destroys and destroys[instance] > stopped
+        assert isinstance(instance, int)
+        (report,) = _reports(day, instance)
+        assert report["data"]["reason"] == "signal" and report["data"]["trusted"] is True  # type: ignore[index]
+        assert "SIGTERM to PID 1" in str(report["message"])
+        assert stopped <= float(report["time"]) <= stopped + DOCKER_GRACE  # type: ignore[arg-type]
+        ended = _ended_at(day, instance)
+        assert ended is not None and stopped <= ended <= stopped + DOCKER_GRACE
+        path = f"/api/v0/instances/{instance}/"
+        deletes = [r for r in day.fleet.sim.requests if r.method == "DELETE" and r.path == path]
+        assert [d.identity for d in deletes] == ["instance"]
+    assert not [e for e in day.ledger if e["class"] == "idle_destroy" and e["kind"] == "call"]
 
 
 def test_nothing_bills_at_the_end_and_every_instance_has_a_story(day: Day) -> None:

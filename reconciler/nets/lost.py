@@ -26,7 +26,7 @@ def run(records: Iterable[InstanceRecord], specs: Specs, *, lineage: str, now: f
             continue
         limit = spec.watchdogs.lost_after_seconds
         channels = (record.provider_ok_at, record.probe_ok_at, record.self_report_at)
-        cold = all(seen is None or now - seen > limit for seen in channels)
+        cold = all(seen is None or now - seen >= limit for seen in channels)
         if cold and not record.lost:
             result.updates[record.id] = replace(record, lost=True)
             result.detections.append(

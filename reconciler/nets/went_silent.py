@@ -25,7 +25,7 @@ def run(records: Iterable[InstanceRecord], specs: Specs, *, lineage: str, now: f
         if spec is None or last is None:
             continue
         limit = spec.watchdogs.went_silent_after_seconds
-        if now - last <= limit:
+        if now - last < limit:
             continue
         why = refusal(record, lineage=lineage, now=now, gate=Gate(limit, heartbeat_net=True))
         if why is not None:

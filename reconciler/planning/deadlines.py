@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reconciler.model.records import InstanceRecord, Intent, Phase, Request, RequestStatus
+from reconciler.model.records import (
+    InstanceRecord,
+    Intent,
+    Phase,
+    Request,
+    RequestStatus,
+    Role,
+)
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits
 
@@ -50,3 +57,33 @@ def _deadlines(
     for request in requests:
         if request.cluster == spec.name and request.status is RequestStatus.OPEN:
             yield request.provision_deadline
+
+
+def net_deadlines(instances: Iterable[InstanceRecord], spec: ClusterSpec) -> dict[str, float]:
+    """Per machine net (by its job name), the earliest time one of `spec`'s records reaches that
+    net's threshold: the controller runs the net then, not at its next cadence (a worker silent
+    for 300 s is ended at 300 s, not at up to 360 s)."""
+    w = spec.watchdogs
+    found: dict[str, float] = {}
+
+    def at(job: str, when: float | None) -> None:
+        if when is not None and (job not in found or when < found[job]):
+            found[job] = when
+
+    for r in instances:
+        if r.cluster != spec.name or not r.live or r.intent is Intent.DESTROYED:
+            continue
+        if r.intent is Intent.RUNNING and r.role is Role.WORKER:
+            last = r.self_report_at or r.enrolled_at
+            if not r.exempt and last is not None:
+                at("went_silent", last + w.went_silent_after_seconds)
+            heard = [t for t in (r.provider_ok_at, r.probe_ok_at, r.self_report_at) if t]
+            if heard and not r.lost:
+                at("lost", max(heard) + w.lost_after_seconds)
+        if r.vast_id is not None and r.self_report_at is None and r.enrolled_at is None:
+            since = r.first_observed_at if r.first_observed_at is not None else r.created_at
+            if not r.exempt:
+                at("boot_failure", since + w.never_reported_seconds)
+        at("auto_stop", r.stop_due_at)
+        at("auto_destroy", r.destroy_due_at)
+    return found

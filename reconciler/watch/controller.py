@@ -204,6 +204,9 @@ class Controller:
             for name in self.specs:
                 if self._listing_due(name, now) and "reconcile" not in due[name]:
                     due[name].append("reconcile")
+                for job, at in self._net_deadlines(name).items():
+                    if at <= now and job not in due[name]:
+                        due[name].append(job)
             report.jobs = due
             ran: dict[str, list[str]] = {
                 name: [j for j in jobs if j not in LISTING_JOBS] for name, jobs in due.items()
@@ -238,7 +241,20 @@ class Controller:
                 )
                 if at is not None:
                     waits.append(max(0.0, at - now))
+                waits += [max(0.0, at - now) for at in self._net_deadlines(name).values()]
             return min(waits) if waits else 30.0
+
+    def _net_deadlines(self, name: str) -> dict[str, float]:
+        """The machine nets' thresholds that a record of `name` reaches after the net last ran."""
+        schedule = self.schedules.get(name)
+        if schedule is None:
+            return {}
+        found = deadlines.net_deadlines(self.journal.records().instances.values(), self.specs[name])
+        return {
+            job: at
+            for job, at in found.items()
+            if job in self.machine_nets and at > schedule.last.get(job, float("-inf"))
+        }
 
     def _listing_due(self, name: str, now: float) -> bool:
         """A record's deadline has come (or a machine just ended): list now, not at the cadence."""
@@ -295,9 +311,9 @@ class Controller:
         held: list[tuple[str, str]] = []
         if not self.allow_mass_destroy:
             plan, held = guards.hold_mass_destroys(plan, self.journal.records())
-        for cluster, why in held:
-            self.raise_alert(cluster, "mass_destroy_refused", why, now=now)
         report.results.append(self.execute(plan))
+        for cluster, why in held:  # after the plan's records are saved, so they keep it
+            self.raise_alert(cluster, "mass_destroy_refused", why, now=now)
         return {s.name: ["reconcile", *(["orphan_sweep"] if sweep else [])] for s in specs}
 
     def raise_alert(
@@ -363,6 +379,8 @@ class Controller:
             return
         self._announce(found, records, instances)
         self._drain_lost(records, instances)
+        # a lost worker is no longer capacity: plan its replacement now, not at the next cadence
+        self._wake |= {d_cluster for d_cluster in self._clusters_of(found, "lost", instances)}
         report.detections += found
         plan = react(
             records,
@@ -376,6 +394,15 @@ class Controller:
             pools=request_result.pools,
         )
         report.results.append(self.execute(plan))
+
+    def _clusters_of(
+        self, found: list[Detection], cls: str, updates: Mapping[str, InstanceRecord]
+    ) -> set[str]:
+        return {
+            updates[d.record].cluster
+            for d in found
+            if d.cls == cls and d.record in updates and updates[d.record].cluster in self.specs
+        }
 
     def _drain_lost(self, records: Records, updates: Mapping[str, InstanceRecord]) -> None:
         """A worker just marked lost leaves rotation: Ray stops sending it work (while Ray still

@@ -1,0 +1,64 @@
+"""A 429 storm during a scale-up, and `watch` restarted in the middle of one: no double rental,
+no leak, nothing healthy ended."""
+
+from __future__ import annotations
+
+from bench.harness import START, fleet
+from reconciler.applying.journal import Journal
+from reconciler.watch.controller import Controller
+from tests.scenarios.world import M, alive, cluster, ended_by, rented, run, workers
+
+CREATE = "PUT /api/v0/asks/{id}/"
+LIST = "GET /api/v1/instances/"
+
+
+def _records_answer_for_every_instance(f: object) -> None:
+    fleet_ = f  # a leak is an instance of ours that no live record answers for
+    records = fleet_.controller.records()  # type: ignore[attr-defined]
+    known = {r.vast_id for r in records.instances.values() if r.live}
+    assert alive(fleet_) <= known  # type: ignore[arg-type]
+
+
+def test_a_429_storm_during_a_scale_up() -> None:
+    spec = cluster("stormy", min_workers=3, max_workers=3, factor=2)
+    with fleet(spec) as f:
+        f.sim.faults.rate_limit(CREATE, 12, style="json", retry_after=2)
+        f.sim.faults.rate_limit(LIST, 12, style="text")
+        f.sim.faults.rate_limit("PUT /api/v0/search/asks/", 6, style="detail")
+        run(f, START + 20 * M)
+        assert len(workers(f, "stormy")) == 3
+        assert len(rented(f, "stormy")) <= 3 * 2
+        _records_answer_for_every_instance(f)
+        assert set(ended_by(f).values()) <= {"extra_candidate"}
+        assert len(alive(f, "stormy")) == 3
+
+
+def test_watch_restarted_in_the_middle_of_a_scale_up() -> None:
+    """The first watch dies after its creates went out and one create's answer was lost; the
+    next one starts from the same state: the lost create is adopted by its label, nothing is
+    rented twice, the scale-up finishes."""
+    spec = cluster("restart", min_workers=3, max_workers=3, factor=1)
+    with fleet(spec) as f:
+        f.sim.faults.lose_create_response(1)
+        f.tick()  # the first tick rents; one answer is lost
+        first = set(rented(f, "restart"))
+        assert len(first) == 3
+        # the process dies here; a new watch takes the same state file and the same heads
+        old = f.controller
+        journal = Journal(old.journal.store, old.journal.ledger, old.journal.store.read())
+        new = Controller(
+            specs=dict(old.specs),
+            journal=journal,
+            provider=old.provider,
+            launcher=old.launcher,
+            clock=old.clock,
+            signals=old.signals,
+        )
+        f.controller = new
+        for app in f.heads.values():
+            app.host = new
+        run(f, START + 20 * M)
+        assert len(workers(f, "restart")) == 3
+        assert set(rented(f, "restart")) == first  # nothing rented twice
+        _records_answer_for_every_instance(f)
+        assert not ended_by(f)

@@ -1,0 +1,222 @@
+"""What every scenario of the book shares: specs, the clock that follows the controller's own
+deadlines, and the story read back from vastsim and the ledger.
+
+A scenario is the whole controller as `watch` runs it (planner, nets, executor, the heads'
+decisions, ledger) against an in-process vastsim on virtual time, with the real agent's state
+machine in every container (`bench.harness`). Nothing plays a worker by hand; failures are
+injected at the boundary (the image, the network, Ray, vast).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench.harness import Fleet
+from reconciler.model.observation import NodeKey
+from reconciler.model.records import Intent, Records, Role, parse_label
+from reconciler.model.spec import ClusterSpec
+from reconciler.spec.loader import load_texts
+
+H = 3600.0
+M = 60.0
+IMAGE = "rayproject/ray:2.60.0-py311-cpu"
+# The controller's own deadlines can fall due at once (a machine just ended); never step less.
+MIN_STEP = 1.0
+
+
+def cluster(
+    name: str,
+    *,
+    min_workers: int = 1,
+    max_workers: int = 4,
+    factor: int = 2,
+    cap: float = 5.0,
+    image: str = IMAGE,
+    node: str = "gpu",
+    watchdogs: Mapping[str, int] | None = None,
+    node_extra: Mapping[str, Any] | None = None,
+) -> ClusterSpec:
+    """One cluster spec, through the real loader (so the schema's defaults apply)."""
+    return load_texts([(f"{name}.yaml", cluster_text(**locals()))]).clusters[0]
+
+
+def cluster_text(
+    name: str,
+    *,
+    min_workers: int = 1,
+    max_workers: int = 4,
+    factor: int = 2,
+    cap: float = 5.0,
+    image: str = IMAGE,
+    node: str = "gpu",
+    watchdogs: Mapping[str, int] | None = None,
+    node_extra: Mapping[str, Any] | None = None,
+) -> str:
+    text = textwrap.dedent(
+        f"""\
+        apiVersion: ray-vast/v1
+        kind: Cluster
+        metadata: {{name: {name}}}
+        spec:
+          max_dollars_per_hour: {cap}
+          node_types:
+            {node}:
+              min_workers: {min_workers}
+              max_workers: {max_workers}
+              candidate_factor: {factor}
+              image: {image}
+              disk_gb: 10
+              offer:
+                filters: {{num_gpus: {{eq: 1}}}}
+        """
+    )
+    for key, value in (node_extra or {}).items():
+        text += f"      {key}: {json.dumps(value)}\n"
+    if watchdogs:
+        text += "  watchdogs:\n" + "".join(f"    {k}: {v}\n" for k, v in watchdogs.items())
+    return text
+
+
+def run(fleet: Fleet, until: float, *, each: Callable[[], None] | None = None) -> None:
+    """Tick as `watch` does: at the next cadence or the earliest deadline a record holds,
+    whichever comes first (at most 15 s apart); agents act at their own moments in between."""
+    while fleet.clock.now() < until:
+        fleet.tick()
+        if each is not None:
+            each()
+        now = fleet.clock.now()
+        wait = min(15.0, fleet.controller.next_wakeup(now), until - now)
+        fleet.clock.sleep(max(MIN_STEP, wait))
+
+
+# --- reading the story back ---------------------------------------------------------------------
+
+
+def ledger(fleet: Fleet) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in fleet.ledger.read_text().splitlines() if line.strip()]
+
+
+def lines(fleet: Fleet, cls: str, kind: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in ledger(fleet) if e["class"] == cls and (kind is None or e["kind"] == kind)]
+
+
+def rented(fleet: Fleet, cluster_name: str | None = None) -> dict[int, float]:
+    """Every instance vast ever created for us (live and gone): vast id -> created at."""
+    sim = fleet.sim
+    ids = set(sim.instances) | set(sim.fleet.gone)
+    out: dict[int, float] = {}
+    for vast_id in ids:
+        inst = sim.instance(vast_id)
+        info = parse_label(inst.label if inst else None)
+        if inst is None or info is None:
+            continue
+        if cluster_name is None or info.cluster == cluster_name:
+            out[vast_id] = inst.created_at
+    return out
+
+
+def alive(fleet: Fleet, cluster_name: str | None = None) -> set[int]:
+    """Instances of ours vast still has (and bills)."""
+    return {
+        i
+        for i in fleet.sim.instances
+        if (info := parse_label(fleet.sim.instances[i].label)) is not None
+        and (cluster_name is None or info.cluster == cluster_name)
+    }
+
+
+def workers(fleet: Fleet, cluster_name: str) -> set[int]:
+    """Live, running workers the records hold for a cluster."""
+    records = fleet.controller.records()
+    return {
+        r.vast_id
+        for r in records.instances.values()
+        if r.cluster == cluster_name
+        and r.role is Role.WORKER
+        and r.live
+        and r.intent is Intent.RUNNING
+        and r.vast_id is not None
+    }
+
+
+def ended_by(fleet: Fleet) -> dict[int, str]:
+    """vast id -> the ledger class of the decision that destroyed it (the planner's, the nets',
+    the head's), and `worker_report:<reason>` when the agent ended itself first."""
+    out: dict[int, str] = {}
+    for entry in ledger(fleet):
+        instance = entry.get("instance")
+        if instance is None or instance in out:
+            continue
+        data = entry.get("data") or {}
+        if entry["kind"] == "decision" and data.get("action") == "destroy":
+            out[instance] = entry["class"]
+        elif entry["class"] == "worker_report" and data.get("trusted"):
+            out[instance] = f"worker_report:{data.get('reason')}"
+    return out
+
+
+def dollars(fleet: Fleet, cluster_name: str | None = None) -> float:
+    """What vast's meter charged for our instances (of one cluster), up to now."""
+    meter = fleet.sim.meter
+    return sum(meter.instance(i) for i in rented(fleet, cluster_name))
+
+
+def measured(entries: Iterable[dict[str, Any]], pattern: str) -> list[float]:
+    """The figures a ledger detail states (e.g. "for 63s"), for limits measured on time."""
+    out = []
+    for entry in entries:
+        found = re.search(pattern, entry["message"])
+        if found:
+            out.append(float(found.group(1)))
+    return out
+
+
+def in_windows(times: Sequence[float], start: float, end: float, width: float) -> list[int]:
+    """How many of `times` fall in each window of `width` seconds from `start` to `end`."""
+    counts = []
+    at = start
+    while at < end:
+        counts.append(sum(1 for t in times if at <= t < at + width))
+        at += width
+    return counts
+
+
+@dataclass
+class Signals:
+    """Ray's view as a scenario scripts it: demand and work per record over time, and whether
+    Ray can be read at all. Unknown is `None`, as the real reader says it."""
+
+    clock: Any
+    demand_at: Callable[[float], Mapping[NodeKey, int]] = lambda now: {}
+    work_at: Callable[[float, Records], Mapping[str, bool]] | None = None
+    readable: Callable[[float], bool] = lambda now: True
+    drained: list[str] | None = None
+
+    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
+        now = self.clock.now()
+        return self.demand_at(now) if self.readable(now) else None
+
+    def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
+        return {
+            r.id: (r.sample_busy if r.sample_at and now - r.sample_at <= 90 else None)
+            for r in records.instances.values()
+        }
+
+    def probes(self, records: Records) -> Mapping[str, bool]:
+        return {}
+
+    def work(self, records: Records) -> Mapping[str, bool] | None:
+        now = self.clock.now()
+        if self.work_at is None or not self.readable(now):
+            return None
+        return self.work_at(now, records)
+
+    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
+        if self.drained is None:
+            self.drained = []
+        self.drained.extend(record_ids)

@@ -84,6 +84,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/fleet.py`: the repository root holds `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import composed
 from bench.agents import ContainerFault, Image, Span
 from bench.harness import START, Fleet, fleet
 from bench.policies import POLICIES, RAY_VAST, Policy
@@ -810,6 +811,9 @@ def main(argv: Sequence[str] | None = None) -> list[PolicyResult]:
     )
     print(table(results))
     print("wall: " + ", ".join(f"{r.policy} {r.seconds:.1f}s" for r in results))
+    if not args.quick:
+        # the two classes only the composed controller shows (ray-vast's engine; issue 12)
+        print(composed.report())
     return results
 
 

@@ -194,12 +194,18 @@ class BlockEntry:
     host_id: int
     until: float
     reason: str
+    # The node type whose candidate failed there, and when: a breaker that opens for that node
+    # type lifts the entries of its streak (the fault was the node type's, not the hosts').
+    node_type: str | None = None
+    at: float | None = None
 
 
 @dataclass(frozen=True)
 class BreakerState:
     consecutive_empty: int = 0
     paused_until: float | None = None
+    # When the current streak of slots with no worker began (None: no streak).
+    since: float | None = None
 
 
 @dataclass(frozen=True)

@@ -111,14 +111,22 @@ class Draft:
         self.notes.append(f"ALERT {found.cls}: {found.detail} ({found.record})")
 
     def block(
-        self, cluster: str, host_id: int, *, kind: str, seconds: int, cls: str, why: str
+        self,
+        cluster: str,
+        host_id: int,
+        *,
+        kind: str,
+        seconds: int,
+        cls: str,
+        why: str,
+        node_type: str | None = None,
     ) -> None:
         """Skip a host for `seconds`; `kind` is the blocklist reason, `cls` the detection."""
         until = self.now + seconds
         current = self.blocklist.setdefault(cluster, {}).get(host_id)
         if current and current.until >= until:
             return
-        self.blocklist[cluster][host_id] = BlockEntry(host_id, until, kind)
+        self.blocklist[cluster][host_id] = BlockEntry(host_id, until, kind, node_type, self.now)
         detail = f"{kind} for {seconds}s: {why}"
         self.add(Action(ActionKind.BLOCKLIST, cluster, cls, detail, host_id=host_id, until=until))
 

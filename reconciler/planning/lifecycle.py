@@ -41,6 +41,7 @@ def apply_detections(draft: Draft, detections: Iterable[Detection], spec: Cluste
                 seconds=seconds,
                 cls=found.cls,
                 why=found.detail,
+                node_type=record.node_type,
             )
         if not (path.ends_machine or path.stops_machine or path.blocklist or path.alerts):
             draft.notes.append(f"{found.cls}: {record.id} ({found.detail})")

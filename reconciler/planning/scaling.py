@@ -189,24 +189,51 @@ def _expire(draft: Draft, request: Request, spec: ClusterSpec, index: RequestInd
 
 
 def count_empty_slots(draft: Draft, spec: ClusterSpec, node_type: str, empty: int) -> None:
-    """The rent-loop breaker: `slots` empty slots in a row pause launches of a node type."""
+    """The rent-loop breaker: `slots` empty slots in a row pause launches of a node type.
+
+    When it opens, the hosts its streak blocklisted are unblocked: a fault that ends every slot
+    of a node type in a row is the node type's (a broken image, a wrong filter), not the hosts',
+    and a day of blocklist on every host it touched would leave no offer once it is fixed."""
     state = draft.breaker(spec.name, node_type)
     count = state.consecutive_empty + empty
+    since = state.since if state.since is not None and state.consecutive_empty else draft.now
     if count >= spec.breaker.slots:
         until = draft.now + spec.breaker.pause_seconds
         draft.set_breaker(spec.name, node_type, BreakerState(0, until))
+        lifted = _unblock_streak(draft, spec.name, node_type, since)
         draft.add(
             Action(
                 ActionKind.PAUSE,
                 spec.name,
                 "breaker_open",
-                f"{count} slots in a row ended with no worker; launches paused",
+                f"{count} slots in a row ended with no worker; launches paused"
+                + (f"; {lifted} host(s) of the streak unblocked" if lifted else ""),
                 node_type=node_type,
                 until=until,
             )
         )
     else:
-        draft.set_breaker(spec.name, node_type, BreakerState(count, state.paused_until))
+        draft.set_breaker(spec.name, node_type, BreakerState(count, state.paused_until, since))
+
+
+def _unblock_streak(draft: Draft, cluster: str, node_type: str, since: float) -> int:
+    entries = draft.blocklist.get(cluster, {})
+    streak = [
+        host
+        for host, entry in entries.items()
+        if entry.node_type == node_type and entry.at is not None and entry.at >= since
+    ]
+    for host in streak:
+        del entries[host]
+    return len(streak)
+
+
+def headroom(draft: Draft, spec: ClusterSpec, node_type: str, wanted: int, trying: int) -> int:
+    """Slots a new request may try: during a streak of slots with no worker, only as many as the
+    breaker has left before it opens (less the `trying` open slots already out), so a streak
+    rents at most `slots x candidate_factor`."""
+    count = draft.breaker(spec.name, node_type).consecutive_empty
+    return min(wanted, spec.breaker.slots - count - trying) if count else wanted
 
 
 def scale(
@@ -219,20 +246,24 @@ def scale(
     budget: offer_picking.Budget,
 ) -> None:
     live = live_of(draft, spec.name, node_type.name)
-    workers = [r for r in live if r.role is Role.WORKER and r.intent is Intent.RUNNING]
+    # a lost worker is out of rotation: it is not capacity (a replacement may be placed) and not
+    # counted against max_workers either (else its replacement is scaled down at the cap)
+    workers = [
+        r for r in live if r.role is Role.WORKER and r.intent is Intent.RUNNING and not r.lost
+    ]
     wanted = min(max(node_type.min_workers, demand), node_type.max_workers)
     if len(workers) > node_type.max_workers:
         _scale_down(draft, workers, len(workers) - node_type.max_workers)
         return
-    workers = [w for w in workers if not w.lost]  # out of rotation: not capacity
     paused = draft.breaker(spec.name, node_type.name).paused_until
     if paused is not None and paused > draft.now:
         draft.notes.append(f"{spec.name}/{node_type.name}: launches paused by the breaker")
         return
     requests = _open_requests(draft, spec.name, node_type.name)
-    shortfall = wanted - len(workers) - sum(len(r.open_slots) for r in requests)
-    if shortfall > 0:
-        requests.append(_place(draft, spec, node_type, shortfall))
+    trying = sum(len(r.open_slots) for r in requests)
+    slots = headroom(draft, spec, node_type.name, wanted - len(workers) - trying, trying)
+    if slots > 0:
+        requests.append(_place(draft, spec, node_type, slots))
     index = RequestIndex.of(draft, spec.name)
     for request in requests:
         _rent_for(

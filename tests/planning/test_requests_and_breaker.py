@@ -15,6 +15,7 @@ from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
 from reconciler.model.plan import ActionKind, Plan
 from reconciler.model.records import (
+    BlockEntry,
     BreakerState,
     Intent,
     Phase,
@@ -64,7 +65,7 @@ def test_a_slot_whose_candidates_all_ended_counts_at_once_and_a_new_request_repl
     p = plan_of(state, [])
     q1 = p.records.requests["q1"]
     assert q1.status is RequestStatus.EXPIRED and q1.slots[0].ended_without_worker
-    assert p.records.breakers[breaker_key("c1", "gpu")] == BreakerState(1, None)
+    assert p.records.breakers[breaker_key("c1", "gpu")] == BreakerState(1, None, since=NOW)
     assert [d.cls for d in p.detections] == ["slots_no_worker"]
     assert "2 of 2 rentals used" in p.detections[0].detail
     new = [r for r in p.records.requests.values() if r.id != "q1"]
@@ -188,3 +189,50 @@ def test_a_person_pin_holds_a_machine_against_scale_down() -> None:
     assert [(a.kind, a.record) for a in p.actions] == [(ActionKind.DESTROY, "w2")]
     expired = replace(pinned, pinned_until=NOW - 1)
     assert not expired.held(NOW) and pinned.held(NOW)
+
+
+def test_a_lost_worker_at_max_workers_does_not_get_its_replacement_scaled_down() -> None:
+    """Found by the fleet benchmark: the lost worker counted against max_workers, so at the cap
+    the replacement it caused was scaled down at the next reconcile."""
+    s = spec(min_workers=1, max_workers=1, factor=1)
+    lost = record("w1", vast_id=1, role=Role.WORKER, phase=Phase.SERVING, request="q0", lost=True)
+    replacement = record(
+        "w2", vast_id=2, role=Role.WORKER, phase=Phase.SERVING, request="q9", enrolled_at=NOW
+    )
+    filled = [
+        request("q0", workers=("w1",), status=RequestStatus.FILLED),
+        request("q9", workers=("w2",), status=RequestStatus.FILLED),
+    ]
+    p = plan_of(records(lost, replacement, *filled), [row(lost), row(replacement)], s)
+    assert p.actions == ()
+
+
+def test_during_a_streak_a_new_request_tries_only_the_slots_the_breaker_has_left() -> None:
+    """So a streak rents at most `breaker.slots x candidate_factor` (the fleet benchmark's broken
+    image: a second 2-slot request took the count from 2 to 4, 8 rentals before the pause)."""
+    s = spec(min_workers=2, factor=2)
+    state = replace(
+        records(), breakers={breaker_key("c1", "gpu"): BreakerState(2, None, since=NOW - 60)}
+    )
+    p = plan_of(state, [], s)
+    (placed,) = [r for r in p.records.requests.values() if r.status is RequestStatus.OPEN]
+    assert len(placed.slots) == 1 and len(rents(p)) == 2
+    # and while that slot is out, no other request is placed
+    again = plan_of(p.records, [], s)
+    assert [r.id for r in again.records.requests.values()] == [placed.id]
+
+
+def test_when_the_breaker_opens_the_hosts_of_its_streak_are_unblocked() -> None:
+    """A fault that ends every slot in a row is the node type's (a broken image), not the
+    hosts': a day of blocklist on every host it touched would leave no offer once fixed."""
+    old = BlockEntry(7, NOW + 9_999, "network", "gpu", NOW - 9_999)  # before the streak
+    streak = BlockEntry(8, NOW + 80_000, "timeout", "gpu", NOW - 100)
+    state = replace(
+        records(request(), ended("i1"), ended("i2")),  # type: ignore[arg-type]
+        breakers={breaker_key("c1", "gpu"): BreakerState(2, None, since=NOW - 200)},
+        blocklist={"c1": {7: old, 8: streak}},
+    )
+    p = plan_of(state, [])
+    assert set(p.records.blocklist["c1"]) == {7}
+    (pause,) = [a for a in p.actions if a.kind is ActionKind.PAUSE]
+    assert "1 host(s) of the streak unblocked" in pause.detail

@@ -12,9 +12,10 @@ Printed by `bench/fleet.py` beside its table (issue 12), and runnable alone::
   before any of its slots can fail). The first build rented 9 in 4 minutes and never paused.
 - two clusters: two clusters in one controller, each with its own demand, every worker busy all
   the time; a third cluster is added after an hour, the first one's spec is edited after two and
-  the third removed after three. Any machine of the first two ended for another reason than a host
-  fault the seed's table ends (the market's IP changes, exits) is a false destroy (the first build's planner destroyed the other cluster's healthy workers at every
-  reconcile that did not name it).
+  the third removed after three. Any machine of the first two ended for another reason than a
+  host fault the seed's table ends (the market's IP changes, exits) is a false destroy (the first
+  build's planner destroyed the other cluster's healthy workers at every reconcile that did not
+  name it).
 
 Everything runs on virtual time through `bench.harness` (real planner, nets, executor, heads,
 ledger, the agent's state machine in every container); the figures are deterministic.

@@ -26,6 +26,7 @@ from reconciler.deps import Deps, state_dir_from
 from reconciler.head.pki import RAY_TOKEN_FILE, pki_dir
 from reconciler.model.codec import encode
 from reconciler.model.spec import ClusterSpec
+from reconciler.planning.pins import PinOrder
 from reconciler.spec.loader import load
 from reconciler.state.errors import StateError
 from reconciler.state.ledger import LedgerQuery, ledger_path, read_ledger
@@ -489,8 +490,8 @@ PinTarget = Annotated[
     ),
 ]
 _PIN_LOCK_NOTE = (
-    "pin and unpin change only the state file, under the state lock. A running `ray-vast watch` "
-    "(or `up`) holds that lock: stop it (Ctrl-C; it saves), pin, and start it again."
+    "pin and unpin change only the state, never vast. While `ray-vast watch` (or `up`) runs it "
+    "holds the state lock: the order is handed to it, and it takes it within a second."
 )
 
 
@@ -528,7 +529,7 @@ def pin(
     deps = _deps(state_dir, lock_timeout)
     with _reported():
         seconds = operations.parse_duration(for_) if for_ is not None else None
-        order = operations.PinOrder(target, _who(dict(deps.env)), reason, seconds)
+        order = PinOrder(target, _who(dict(deps.env)), reason, seconds)
         code = operations.pin(deps, order)
     raise typer.Exit(code)
 
@@ -547,7 +548,8 @@ def unpin(
     """
     deps = _deps(state_dir, lock_timeout)
     with _reported():
-        code = operations.unpin(deps, target, who=_who(dict(deps.env)))
+        order = PinOrder(target, _who(dict(deps.env)), unpin=True)
+        code = operations.pin(deps, order)
     raise typer.Exit(code)
 
 

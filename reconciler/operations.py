@@ -7,11 +7,9 @@ except through `deps`.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler import __version__, planfile
@@ -23,10 +21,13 @@ from reconciler.applying.provider import Provider
 from reconciler.deps import Deps
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Plan
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, parse_label
+from reconciler.model.records import Intent, Phase, Records, parse_label
 from reconciler.model.spec import ClusterSpec
+from reconciler.planning import pins
 from reconciler.planning.guards import mass_destroys
+from reconciler.planning.pins import PinOrder
 from reconciler.planning.plan import fingerprint, touched
+from reconciler.state import orders
 from reconciler.state.errors import Liveness, StateLockedError
 from reconciler.state.ledger import LedgerKind
 from reconciler.vast.errors import VastError
@@ -390,13 +391,6 @@ def status(deps: Deps, specs: Sequence[ClusterSpec], *, as_json: bool) -> int:
 
 # --- pin / unpin ---------------------------------------------------------------------------
 
-# Shown by `pin`/`unpin` when a running controller holds the state lock.
-WATCH_HOLDS_LOCK = (
-    "`ray-vast {op}` changes the state file, and the running `ray-vast {holder}` (pid {pid} on "
-    "{host}) holds the state lock; pinning through a running watch is not supported yet. Stop "
-    "it (Ctrl-C or SIGTERM: it finishes its tick and saves), run `ray-vast {op}` again, then "
-    "start it again: it keeps the pin from its first tick."
-)
 # The lock operations of a long-running controller (`up` runs `watch` once it has applied).
 CONTROLLER_OPERATIONS = frozenset({"watch"})
 
@@ -412,143 +406,67 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-@dataclass(frozen=True)
-class PinOrder:
-    """What a person asked `pin` for: who, why, and for how long (None: until `unpin`)."""
-
-    target: str
-    who: str
-    reason: str | None = None
-    seconds: float | None = None
-
-
 def pin(deps: Deps, order: PinOrder) -> int:
-    """Hold a machine for a person: no net, money-chain step or scale-down ends or stops it until
-    the pin ends (`pinned_until`) or `unpin`. Only the state file changes; vast is not called."""
-    with _locked_for_person(deps, "pin") as journal:
-        records = journal.records()
-        record = _target(records, order.target, journal.lineage, "pin")
-        now = deps.clock.now()
-        until = now + order.seconds if order.seconds is not None else None
-        by = order.who if not order.reason else f"{order.who} ({order.reason})"
-        again = record.pinned_by is not None and _pin_in_force(record, now)
-        pinned = replace(record, pinned_by=by, pinned_until=until)
-        journal.save(replace(records, instances={**records.instances, record.id: pinned}))
-        span = f"until {_utc_text(until)}" if until is not None else "until `ray-vast unpin`"
-        verb = "pin replaced" if again else "pinned"
-        journal.log(
-            record.cluster,
-            LedgerKind.DECISION,
-            "pin",
-            f"{verb} by {order.who} {span}" + (f": {order.reason}" if order.reason else ""),
-            record=record.id,
-            instance=record.vast_id,
-            data={
-                "who": order.who,
-                "reason": order.reason,
-                "until": until,
-                "replaces": _pin_data(record) if again else None,
-            },
-        )
-    deps.out.write(
-        f"{_name(record)} pinned {span} by {by}"
-        + (" (the previous pin is replaced)" if again else "")
-        + ": no watchdog, money-chain step or scale-down will stop or destroy it.\n"
-    )
-    return EXIT_OK
-
-
-def unpin(deps: Deps, target: str, *, who: str) -> int:
-    """End a person's pin; Ray's own hold (work on the node) is Ray's and stays."""
-    with _locked_for_person(deps, "unpin") as journal:
-        records = journal.records()
-        record = _target(records, target, journal.lineage, "unpin")
-        if record.pinned_by is None:
-            ray = " (Ray reports work on it, which still holds it)" if record.pinned else ""
-            deps.out.write(f"{_name(record)} is not pinned by a person{ray}: nothing to unpin.\n")
-            return EXIT_OK
-        now = deps.clock.now()
-        ended = not _pin_in_force(record, now)
-        unpinned = replace(record, pinned_by=None, pinned_until=None)
-        journal.save(replace(records, instances={**records.instances, record.id: unpinned}))
-        journal.log(
-            record.cluster,
-            LedgerKind.DECISION,
-            "unpin",
-            f"unpinned by {who} (was pinned by {record.pinned_by}"
-            + (", already ended)" if ended else ")"),
-            record=record.id,
-            instance=record.vast_id,
-            data={"who": who, "was": _pin_data(record)},
-        )
-    still = " Ray reports work on it, which still holds it." if record.pinned else ""
-    deps.out.write(
-        f"{_name(record)} unpinned (was pinned by {record.pinned_by}): the watchdogs and the "
-        f"money chain may end it again.{still}\n"
-    )
-    return EXIT_OK
-
-
-@contextlib.contextmanager
-def _locked_for_person(deps: Deps, op: str) -> Iterator[Journal]:
-    """The state locked for a person's change; a running controller's lock is explained."""
-    with contextlib.ExitStack() as stack:
-        try:
-            journal = stack.enter_context(deps.journal(op))
-        except StateLockedError as exc:
-            if exc.info.operation in CONTROLLER_OPERATIONS and exc.liveness is not Liveness.DEAD:
-                raise OperationError(
-                    WATCH_HOLDS_LOCK.format(
-                        op=op, holder=exc.info.operation, pid=exc.info.pid, host=exc.info.host
-                    )
-                ) from exc
+    """Hold a machine for a person (or end that hold: `order.unpin`): no net, money-chain step or
+    scale-down ends or stops it while the pin lasts. Only the state changes; vast is not called.
+    While `watch` runs it holds the state lock: the order is left in its mailbox, and it decides
+    it under its own lock at its next loop turn (within about a second)."""
+    try:
+        with deps.journal("unpin" if order.unpin else "pin") as journal:
+            outcome = _decided(journal.records(), order, journal.lineage, deps.clock.now())
+            if outcome.changed:
+                journal.save(outcome.records)
+                log_pin(journal, outcome)
+    except StateLockedError as exc:
+        if exc.info.operation not in CONTROLLER_OPERATIONS or exc.liveness is Liveness.DEAD:
             raise
-        yield journal
-
-
-def _target(records: Records, target: str, lineage: str, op: str) -> InstanceRecord:
-    """The live record a person named by vast instance id (digits) or record id (`i12`)."""
-    text = target.strip().removeprefix("instance.")
-    if text.isdigit():
-        # A vast id is one machine; an ended record of it may be kept beside a live one.
-        found = sorted(
-            (r for r in records.instances.values() if r.vast_id == int(text)),
-            key=lambda r: not r.live,
+        orders.leave(deps.state_dir, order, at=deps.clock.now())
+        deps.out.write(
+            f"`ray-vast watch` (pid {exc.info.pid} on {exc.info.host}) holds the state: the "
+            f"{'unpin' if order.unpin else 'pin'} of {order.target} is handed to it, and it takes "
+            "it within a second (`ray-vast ledger --class pin` shows it, `status` the pin).\n"
         )
-        if not found:
-            raise OperationError(
-                f"no record of vast instance {text} in this state; `ray-vast status` lists them"
-            )
-        record = found[0]
-    elif (named := records.instances.get(text)) is not None:
-        record = named
-    else:
-        raise OperationError(f"no record {text!r} in this state; `ray-vast status` lists them")
-    if record.managed_by != lineage:
-        raise OperationError(
-            f"{_name(record)} belongs to another state (lineage {record.managed_by[:8]}, this one "
-            f"is {lineage[:8]}); {op} it with that state's --state-dir"
-        )
-    if not record.live or record.intent is Intent.DESTROYED:
-        why = record.ended_reason or record.phase.value
-        raise OperationError(f"{_name(record)} has ended ({why}); there is nothing to {op}")
-    return record
+        return EXIT_OK
+    deps.out.write(_said(outcome, order) + "\n")
+    return EXIT_OK
 
 
-def _name(record: InstanceRecord) -> str:
-    vast = f"vast {record.vast_id}, " if record.vast_id is not None else ""
-    return f"{record.id} ({vast}{record.cluster}/{record.node_type})"
+def _decided(records: Records, order: PinOrder, lineage: str, now: float) -> pins.PinOutcome:
+    try:
+        return pins.decide(records, order, lineage=lineage, now=now)
+    except pins.PinRefused as exc:
+        raise OperationError(str(exc)) from exc
 
 
-def _pin_in_force(record: InstanceRecord, now: float) -> bool:
-    return record.pinned_by is not None and (
-        record.pinned_until is None or now < record.pinned_until
+def log_pin(journal: Journal, outcome: pins.PinOutcome) -> None:
+    record = outcome.record
+    journal.log(
+        record.cluster,
+        LedgerKind.DECISION,
+        outcome.cls,
+        outcome.message,
+        record=record.id,
+        instance=record.vast_id,
+        data=outcome.data,
     )
 
 
-def _pin_data(record: InstanceRecord) -> dict[str, object]:
-    return {"by": record.pinned_by, "until": record.pinned_until}
-
-
-def _utc_text(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+def _said(outcome: pins.PinOutcome, order: PinOrder) -> str:
+    record = outcome.record
+    name = pins.name(record)
+    ray = " Ray reports work on it, which still holds it." if record.pinned else ""
+    if order.unpin and not outcome.changed:
+        return f"{name} is not pinned by a person: nothing to unpin.{ray}"
+    if order.unpin:
+        return (
+            f"{name} unpinned (was pinned by {record.pinned_by}): the watchdogs and the money "
+            f"chain may end it again.{ray}"
+        )
+    until = outcome.data.get("until")
+    span = f"until {pins.utc_text(float(until))}" if isinstance(until, float) else "until unpinned"
+    again = " (the previous pin is replaced)" if outcome.data.get("replaces") else ""
+    by = order.who if not order.reason else f"{order.who} ({order.reason})"
+    return (
+        f"{name} pinned {span} by {by}{again}: no watchdog, money-chain step or scale-down will "
+        "stop or destroy it."
+    )

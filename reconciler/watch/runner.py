@@ -23,7 +23,10 @@ from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.provider import Provider
 from reconciler.deps import Deps
 from reconciler.model.spec import ClusterSpec
+from reconciler.operations import log_pin
+from reconciler.planning import pins
 from reconciler.spec.loader import LoadResult
+from reconciler.state import orders
 from reconciler.views import diagnostics as diag_view
 from reconciler.watch.controller import Controller, Signals, TickReport
 from reconciler.watch.metrics import Gauges, MetricsServer
@@ -115,6 +118,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     try:
         while not options.stop.is_set():
             _reload(options.source, controller, deps, logger)
+            take_orders(deps.state_dir, controller, logger)
             started = time.monotonic()
             report = controller.tick()
             ticks += 1
@@ -166,6 +170,35 @@ def _reload(source: SpecSource, controller: Controller, deps: Deps, logger: logg
     controller.set_specs({s.name: s for s in loaded.clusters}, revision=source.revision)
     revision = f" at revision {source.revision}" if source.revision else ""
     logger.info("specs reloaded%s: %s", revision, ", ".join(s.name for s in loaded.clusters))
+
+
+def take_orders(state_dir: Path, controller: Controller, logger: logging.Logger) -> None:
+    """A person's orders left for this watch (`ray-vast pin` while it holds the lock): each is
+    decided under the records lock and ledgered, then its file is removed."""
+    for path, order in orders.take(state_dir):
+        if order is None:
+            logger.warning("an order in %s cannot be read; moved aside as .bad", path)
+            orders.reject(path)
+            continue
+        with controller.lock:
+            records = controller.records()
+            try:
+                outcome = pins.decide(
+                    records, order, lineage=controller.journal.lineage, now=controller.clock.now()
+                )
+            except pins.PinRefused as exc:
+                logger.warning("%s of %s refused: %s", _verb(order), order.target, exc)
+                orders.done(path)
+                continue
+            if outcome.changed:
+                controller.journal.save(outcome.records)
+                log_pin(controller.journal, outcome)
+        logger.info("%s: %s (%s)", _verb(order), pins.name(outcome.record), outcome.message)
+        orders.done(path)
+
+
+def _verb(order: pins.PinOrder) -> str:
+    return "unpin" if order.unpin else "pin"
 
 
 def _report_invalid(deps: Deps, loaded: LoadResult | None) -> None:

@@ -19,6 +19,8 @@ from reconciler.clock import FakeClock
 from reconciler.deps import Deps
 from reconciler.model.codec import encode
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.planning.pins import PinOrder
+from reconciler.state import orders
 from reconciler.state.filestore import FileStore
 from reconciler.state.ledger import read_ledger
 from reconciler.state.lock import Identity
@@ -89,7 +91,7 @@ def test_pin_for_a_duration_holds_the_machine_until_then_and_is_ledgered(tmp_pat
     make_state(tmp_path, clock)
     before = instances(tmp_path)
     d, out = deps(tmp_path, clock)
-    order = operations.PinOrder("20000001", "alice@box", None, operations.parse_duration("2h"))
+    order = PinOrder("20000001", "alice@box", None, operations.parse_duration("2h"))
     assert operations.pin(d, order) == 0
     after = instances(tmp_path)
     pinned = after["i1"]
@@ -118,9 +120,9 @@ def test_pin_of_a_pinned_record_replaces_the_pin(tmp_path: Path):
     clock = FakeClock(NOW)
     make_state(tmp_path, clock)
     d, out = deps(tmp_path, clock)
-    operations.pin(d, operations.PinOrder("i1", "alice@box", None, 3600.0))
+    operations.pin(d, PinOrder("i1", "alice@box", None, 3600.0))
     clock.advance(600)
-    operations.pin(d, operations.PinOrder("i1", "bob@box", "eval run", None))
+    operations.pin(d, PinOrder("i1", "bob@box", "eval run", None))
     pinned = instances(tmp_path)["i1"]
     assert (pinned.pinned_by, pinned.pinned_until) == ("bob@box (eval run)", None)
     assert pinned.held(NOW + 10 * 86400)  # until unpinned
@@ -140,9 +142,9 @@ def test_an_ended_pin_is_not_replaced_but_pinned_anew(tmp_path: Path):
     clock = FakeClock(NOW)
     make_state(tmp_path, clock)
     d, _ = deps(tmp_path, clock)
-    operations.pin(d, operations.PinOrder("i1", "alice@box", None, 60.0))
+    operations.pin(d, PinOrder("i1", "alice@box", None, 60.0))
     clock.advance(61)
-    operations.pin(d, operations.PinOrder("i1", "alice@box", None, 60.0))
+    operations.pin(d, PinOrder("i1", "alice@box", None, 60.0))
     assert instances(tmp_path)["i1"].pinned_until == NOW + 121
     assert [e["data"]["replaces"] for e in ledger(tmp_path, "pin")] == [None, None]  # type: ignore[index]
 
@@ -151,8 +153,8 @@ def test_unpin_ends_a_persons_pin_and_leaves_rays_hold(tmp_path: Path):
     clock = FakeClock(NOW)
     make_state(tmp_path, clock)
     d, out = deps(tmp_path, clock)
-    operations.pin(d, operations.PinOrder("i2", "alice@box", None, None))
-    assert operations.unpin(d, "20000002", who="bob@box") == 0
+    operations.pin(d, PinOrder("i2", "alice@box", None, None))
+    assert operations.pin(d, PinOrder("20000002", "bob@box", unpin=True)) == 0
     record = instances(tmp_path)["i2"]
     assert (record.pinned_by, record.pinned_until, record.pinned) == (None, None, True)
     assert "Ray reports work on it, which still holds it" in out.getvalue()
@@ -163,7 +165,7 @@ def test_unpin_ends_a_persons_pin_and_leaves_rays_hold(tmp_path: Path):
     }
     # unpinning again changes nothing and writes nothing
     snapshot = FileStore(tmp_path, clock=clock).read()
-    assert operations.unpin(d, "i2", who="bob@box") == 0
+    assert operations.pin(d, PinOrder("i2", "bob@box", unpin=True)) == 0
     assert FileStore(tmp_path, clock=clock).read().serial == snapshot.serial  # type: ignore[union-attr]
     assert len(ledger(tmp_path, "unpin")) == 1
     assert "is not pinned by a person" in out.getvalue()
@@ -184,7 +186,7 @@ def test_pin_refuses_unknown_ended_and_foreign_records(tmp_path: Path, target: s
     before = FileStore(tmp_path, clock=clock).read()
     d, _ = deps(tmp_path, clock)
     with pytest.raises(operations.OperationError, match="^" + re.escape(says)):
-        operations.pin(d, operations.PinOrder(target, "alice@box"))
+        operations.pin(d, PinOrder(target, "alice@box"))
     after = FileStore(tmp_path, clock=clock).read()
     assert after is not None and before is not None and after.serial == before.serial
     assert ledger(tmp_path, "pin") == []
@@ -211,7 +213,7 @@ def test_a_pin_shows_in_status(tmp_path: Path):
     clock = FakeClock(NOW)
     lineage = make_state(tmp_path, clock)
     d, _ = deps(tmp_path, clock)
-    operations.pin(d, operations.PinOrder("i1", "alice@box", None, 6 * 3600.0))
+    operations.pin(d, PinOrder("i1", "alice@box", None, 6 * 3600.0))
     records, _, serial = d.read_records()
     view = status_view.build(records, [], [], lineage=lineage, serial=serial, now=NOW, error=None)
     text = status_view.human(view)
@@ -268,20 +270,22 @@ def test_the_command_refuses_in_one_line_with_exit_1(
     assert instances(tmp_path)["i1"].pinned_by is None
 
 
-def test_a_running_watch_holding_the_lock_is_explained(tmp_path: Path):
+def test_a_running_watch_is_handed_the_pin_and_decides_it_under_its_own_lock(tmp_path: Path):
+    """`watch` holds the state lock for as long as it runs: the pin goes to its mailbox, and the
+    watch's loop takes it (decided, saved, ledgered) at its next turn."""
     make_state(tmp_path, FakeClock(NOW))
     watch = FileStore(tmp_path, clock=FakeClock(NOW), identity=Identity("ops@head", 4242))
     watch.lock("watch")
     try:
         outcome = invoke(tmp_path, "pin", "i1", "--for", "1h")
+        assert outcome.exit_code == 0, outcome.output
+        assert "`ray-vast watch` (pid 4242 on head) holds the state" in outcome.stdout
+        assert instances(tmp_path)["i1"].pinned_by is None  # not yet: the watch decides it
+        waiting = list(orders.take(tmp_path))
+        assert [o.target for _, o in waiting if o] == ["i1"]
+        assert oct(waiting[0][0].stat().st_mode & 0o777) == "0o600"
     finally:
         watch.unlock()
-    assert outcome.exit_code == 1
-    message = outcome.stderr
-    assert message.count("\n") == 1 and "Traceback" not in outcome.output
-    assert "the running `ray-vast watch` (pid 4242 on head) holds the state lock" in message
-    assert "Stop it" in message and "run `ray-vast pin` again" in message
-    assert instances(tmp_path)["i1"].pinned_by is None
 
 
 def test_another_lock_gets_the_usual_lock_message(tmp_path: Path):
@@ -302,5 +306,6 @@ def test_help_says_what_to_do_while_watch_runs():
         shown = CliRunner().invoke(app, [command, "--help"])
         assert shown.exit_code == 0
         text = " ".join(shown.stdout.split())
-        assert "A running `ray-vast watch` (or `up`) holds that lock" in text
+        assert "While `ray-vast watch` (or `up`) runs it holds the state lock" in text
+        assert "the order is handed to it" in text
         assert f"ray-vast {command} 20000001" in text

@@ -9,11 +9,15 @@ Finding 8: lost workers counted as capacity and were never taken out of Ray's ro
 
 from __future__ import annotations
 
-from dataclasses import replace
+import logging
+from pathlib import Path
 
 from bench.agents import ContainerFault, Span
 from bench.harness import START, fleet
-from reconciler.model.records import Intent, Phase, Records
+from reconciler.model.records import Intent, Phase
+from reconciler.planning.pins import PinOrder
+from reconciler.state import orders
+from reconciler.watch.runner import take_orders
 from tests.scenarios.world import (
     H,
     M,
@@ -32,7 +36,7 @@ DELETE = "DELETE /api/v0/instances/{id}/"
 STOP = "PUT /api/v0/instances/{id}/"
 
 
-def test_a_quiet_machine_that_is_pinned_is_neither_stopped_nor_destroyed() -> None:
+def test_a_quiet_machine_that_is_pinned_is_neither_stopped_nor_destroyed(tmp_path: Path) -> None:
     spec = cluster("held", min_workers=0, max_workers=2, factor=1)
     with fleet(spec, working=lambda now: False) as f:
         f.controller.signals = Signals(
@@ -40,16 +44,12 @@ def test_a_quiet_machine_that_is_pinned_is_neither_stopped_nor_destroyed() -> No
         )
         run(f, START + 8 * M)
         a, b = sorted(workers(f, "held"))
-        records = f.controller.records()
-        rid = {r.vast_id: r.id for r in records.instances.values()}
-
-        def pin(state: Records, now: float) -> Records:  # what `ray-vast pin A --for 2h` saves
-            record = replace(
-                state.instances[rid[a]], pinned_by="alice@box", pinned_until=now + 2 * H
-            )
-            return replace(state, instances={**state.instances, record.id: record})
-
-        f.controller.mutate(pin)
+        # `ray-vast pin A --for 2h` while watch runs: the order goes to watch's mailbox, and its
+        # loop takes it at its next turn
+        orders.leave(tmp_path, PinOrder(str(a), "alice@box", seconds=2 * H), at=f.clock.now())
+        take_orders(tmp_path, f.controller, logging.getLogger("scenario"))
+        assert not list(orders.take(tmp_path))
+        assert [e["record"] for e in lines(f, "pin")]
         run(f, START + 1 * H)
         assert a in workers(f, "held")  # quiet for 50 minutes, held by the pin
         assert b not in alive(f, "held")  # its twin, quiet and not pinned, was ended

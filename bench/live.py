@@ -235,11 +235,7 @@ def live_cluster(
     log = io.StringIO()
     logger = logging.getLogger("ray_vast.live")
     head_log = logging.getLogger("reconciler.head")  # the head's log: reports and refusals
-    for each in (logger, head_log):
-        each.handlers = [logging.StreamHandler(log)]
-        each.setLevel(logging.INFO)
-        each.propagate = False
-    with serve(sim) as server:
+    with _capturing(log, logger, head_log), serve(sim) as server:
         env = {
             **base_env,
             "VAST_URL": server.url,
@@ -312,3 +308,21 @@ def live_cluster(
             rayhead.stop(state_dir, spec.name)
             sim.shutdown()
     kill_leftovers(str(root))
+
+
+@contextlib.contextmanager
+def _capturing(stream: io.StringIO, *loggers: logging.Logger) -> Iterator[None]:
+    """Send these loggers to `stream` only, for as long as the live cluster runs; then put them
+    back as they were (they are process-wide: a later test must find them untouched)."""
+    before = [(each, list(each.handlers), each.level, each.propagate) for each in loggers]
+    for each in loggers:
+        each.handlers = [logging.StreamHandler(stream)]
+        each.setLevel(logging.INFO)
+        each.propagate = False
+    try:
+        yield
+    finally:
+        for each, handlers, level, propagate in before:
+            each.handlers = handlers
+            each.setLevel(level)
+            each.propagate = propagate

@@ -225,6 +225,12 @@ def _unblock_streak(draft: Draft, cluster: str, node_type: str, since: float) ->
     ]
     for host in streak:
         del entries[host]
+    # and the blocklist actions this plan had for them say nothing any more
+    draft.actions = [
+        a
+        for a in draft.actions
+        if not (a.kind is ActionKind.BLOCKLIST and a.cluster == cluster and a.host_id in streak)
+    ]
     return len(streak)
 
 

@@ -164,13 +164,20 @@ def end_open_slots(
 def _end_leftovers(draft: Draft, request: Request, index: RequestIndex) -> None:
     """A request that ended (filled, released, failed, expired) keeps no candidates: nobody will
     let them enroll, and they bill while they pull."""
-    for extra in index.live(draft, request):
+    for extra in _reapable(draft, index.live(draft, request)):
         draft.destroy(extra, "extra_candidate", f"request {request.id} is {request.status.value}")
+
+
+def _reapable(draft: Draft, records: list[InstanceRecord]) -> list[InstanceRecord]:
+    """Those the reaper's refusals let the planner end (not ours, ended, pinned: kept)."""
+    return [
+        r for r in records if refusal(r, lineage=draft.lineage, now=draft.now, gate=Gate()) is None
+    ]
 
 
 def _close_filled(draft: Draft, request: Request, index: RequestIndex) -> None:
     draft.requests[request.id] = replace(request, status=RequestStatus.FILLED)
-    for extra in index.live(draft, request):
+    for extra in _reapable(draft, index.live(draft, request)):
         draft.destroy(extra, "extra_candidate", f"request {request.id} has a worker in every slot")
 
 
@@ -179,8 +186,7 @@ def _expire(draft: Draft, request: Request, spec: ClusterSpec, index: RequestInd
     why = f"request {request.id} passed its provisioning deadline with {empty} empty slot(s)"
     found = [
         Detection(c.id, "provision_deadline", why, c.vast_id)
-        for c in index.live(draft, request)
-        if refusal(c, lineage=draft.lineage, now=draft.now, gate=Gate()) is None
+        for c in _reapable(draft, index.live(draft, request))
     ]
     apply_detections(draft, found, spec)
     end_open_slots(

@@ -36,6 +36,64 @@ TASK = textwrap.dedent(
 )
 
 
+# Ray's view of the worker through the controller's own reader: idle once the task is done, then
+# drained (as a lost worker is): Ray reports the node DRAINING and schedules nothing more on it.
+RAY_VIEW = textwrap.dedent(
+    """
+    import time
+    from reconciler.model.records import Records
+    from reconciler.watch.raysignals import RaySignals
+    signals = RaySignals("127.0.0.1:6380", "local-sim")
+    work = {}
+    for _ in range(60):  # the task's lease is returned within seconds
+        work = signals.work(Records()) or {}
+        if work and not any(work.values()):
+            break
+        time.sleep(0.5)
+    print("WORK", sorted(work.items()))
+    signals.drain(Records(), sorted(work), "test: out of rotation")
+    for _ in range(60):
+        state = signals._state()
+        if any(n.status == 4 for n in state.node_states):  # DRAINING
+            break
+        time.sleep(0.5)
+    print("STATUSES", sorted(n.status for n in state.node_states))
+    """
+)
+
+
+def _no_child_holds_the_key(state: Path, *, exclude: int) -> None:
+    """Issue 13: no process ray-vast started (the Ray head, the embedded simulator, containers,
+    their Ray workers) has VAST_API_KEY in its environment."""
+    pids = [p for p in leftover_processes(str(state)) if p != exclude]
+    assert pids, "no process of the cluster found"
+    holding = [p for p in pids if b"VAST_API_KEY=" in _environ(p)]
+    assert holding == [], describe(holding)
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # it ended meanwhile
+        return b""
+
+
+def _ray_reads_work_and_drains_the_node(ray_env: dict[str, str]) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-c", RAY_VIEW],
+        cwd=ROOT,
+        env=ray_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "WORK [('i" in shown.stdout and "False)]" in shown.stdout, shown.stdout + shown.stderr
+    assert "STATUSES" in shown.stdout and "4" in shown.stdout.split("STATUSES", 1)[1], (
+        shown.stdout + shown.stderr
+    )
+
+
 def test_up_then_ray_status_then_a_task_then_down(tmp_path: Path) -> None:
     state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VAST_", "RAY_"))}
@@ -93,6 +151,8 @@ def test_up_then_ray_status_then_a_task_then_down(tmp_path: Path) -> None:
             check=False,
         )
         assert "RAN ON 2000000" in ran.stdout, ran.stdout + ran.stderr
+        _no_child_holds_the_key(state, exclude=up.pid)
+        _ray_reads_work_and_drains_the_node(ray_env)
     finally:
         up.terminate()
         out, _ = up.communicate(timeout=60)

@@ -33,8 +33,7 @@ if __package__ in (None, ""):  # run as `python bench/composed.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.agents import ContainerFault, Image
-from bench.harness import START, Fleet, fleet
-from reconciler.model.records import parse_label
+from bench.harness import START, fleet
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
 
@@ -65,25 +64,6 @@ def spec(name: str, *, min_workers: int = 0, max_workers: int = 4, factor: int =
     return load_texts([(f"{name}.yaml", text)]).clusters[0]
 
 
-def advance(f: Fleet, until: float) -> None:
-    """Tick as `watch` does: at the next cadence or the earliest deadline a record holds."""
-    while f.clock.now() < until:
-        f.tick()
-        now = f.clock.now()
-        f.clock.sleep(max(1.0, min(15.0, f.controller.next_wakeup(now), until - now)))
-
-
-def rentals(f: Fleet, cluster: str | None = None) -> dict[int, float]:
-    """Every instance vast created for us: vast id -> created at."""
-    out: dict[int, float] = {}
-    for vast_id in set(f.sim.instances) | set(f.sim.fleet.gone):
-        inst = f.sim.instance(vast_id)
-        info = parse_label(inst.label if inst else None)
-        if inst is not None and info is not None and (cluster is None or info.cluster == cluster):
-            out[vast_id] = inst.created_at
-    return out
-
-
 @dataclass(frozen=True)
 class BrokenImage:
     rentals_in_failure: int
@@ -106,8 +86,8 @@ def broken_image(*, failure_hours: float = 1.0) -> BrokenImage:
         f.signals.demand_at = lambda now: {("broken", "gpu"): 2}
         while f.clock.now() < fixed_at + 40 * M:
             _now[0] = f.clock.now()
-            advance(f, f.clock.now() + 15)
-        times = sorted(t for t in rentals(f).values() if t < fixed_at)
+            f.advance(f.clock.now() + 15)
+        times = sorted(t for t in f.rentals().values() if t < fixed_at)
         windows = [
             sum(1 for t in times if at <= t < at + 10 * M) for at in _range(START, fixed_at, 10 * M)
         ]
@@ -123,7 +103,7 @@ def broken_image(*, failure_hours: float = 1.0) -> BrokenImage:
             bound=cluster.breaker.slots * cluster.node_types["gpu"].candidate_factor,
             pauses=pauses,
             workers_after_fix=workers,
-            dollars=sum(f.sim.meter.instance(i) for i in rentals(f)),
+            dollars=sum(f.sim.meter.instance(i) for i in f.rentals()),
         )
 
 
@@ -144,14 +124,14 @@ def two_clusters() -> TwoClusters:
     a, b, c = spec("a", min_workers=2), spec("b", min_workers=3), spec("c", min_workers=1)
     with fleet([a, b, c], working=lambda now: True) as f:
         f.controller.set_specs({"a": a, "b": b})
-        advance(f, START + 1 * H)
+        f.advance(START + 1 * H)
         f.controller.set_specs({"a": a, "b": b, "c": c})
-        advance(f, START + 2 * H)
+        f.advance(START + 2 * H)
         edited = spec("a", min_workers=2, max_workers=5)
         f.controller.set_specs({"a": edited, "b": b, "c": c})
-        advance(f, START + 3 * H)
+        f.advance(START + 3 * H)
         f.controller.set_specs({"a": edited, "b": b})
-        advance(f, START + 4 * H)
+        f.advance(START + 4 * H)
         records = f.controller.records().instances.values()
         live = {
             name: sum(
@@ -162,7 +142,7 @@ def two_clusters() -> TwoClusters:
         ended = [r for r in records if r.cluster in ("a", "b") and not r.live]
         false = sum(1 for r in ended if r.ended_reason not in ("extra_candidate", *HOST_FAULTS))
         faults = sum(1 for r in ended if r.ended_reason in HOST_FAULTS)
-        return TwoClusters(live, false, faults, live["c"] == 0, len(rentals(f)))
+        return TwoClusters(live, false, faults, live["c"] == 0, len(f.rentals()))
 
 
 def _range(start: float, end: float, step: float) -> Sequence[float]:

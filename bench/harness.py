@@ -44,7 +44,7 @@ from reconciler.head.destroyer import Destroyer
 from reconciler.head.service import launcher_for
 from reconciler.model.codec import encode
 from reconciler.model.observation import NodeKey
-from reconciler.model.records import Records
+from reconciler.model.records import Records, parse_label
 from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import LedgerKind, LedgerWriter, ledger_path
 from reconciler.state.memory import MemoryStore
@@ -145,6 +145,28 @@ class Fleet:
         with self.agents.turn():
             self.controller.tick()
         self.sim.step()
+
+    def advance(self, until: float, *, each: Callable[[], None] | None = None) -> None:
+        """Tick as `watch` does until `until`: at the next cadence or the earliest deadline a
+        record holds, whichever comes first (at most 15 s apart, at least 1 s: a deadline may
+        fall due at once); the agents act at their own moments in between."""
+        while self.clock.now() < until:
+            self.tick()
+            if each is not None:
+                each()
+            now = self.clock.now()
+            wait = min(15.0, self.controller.next_wakeup(now), until - now)
+            self.clock.sleep(max(1.0, wait))
+
+    def rentals(self, cluster: str | None = None) -> dict[int, float]:
+        """Every instance vast ever created for us (live and gone): vast id -> created at."""
+        out: dict[int, float] = {}
+        for vast_id in set(self.sim.instances) | set(self.sim.fleet.gone):
+            inst = self.sim.instance(vast_id)
+            info = parse_label(inst.label if inst else None)
+            if inst is not None and info is not None and cluster in (None, info.cluster):
+                out[vast_id] = inst.created_at
+        return out
 
     def run_until(
         self, until: float, *, step: float = 15.0, each: Callable[[], None] | None = None

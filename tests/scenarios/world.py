@@ -25,8 +25,6 @@ from reconciler.spec.loader import load_texts
 H = 3600.0
 M = 60.0
 IMAGE = "rayproject/ray:2.60.0-py311-cpu"
-# The controller's own deadlines can fall due at once (a machine just ended); never step less.
-MIN_STEP = 1.0
 
 
 def cluster(
@@ -83,15 +81,8 @@ def cluster_text(
 
 
 def run(fleet: Fleet, until: float, *, each: Callable[[], None] | None = None) -> None:
-    """Tick as `watch` does: at the next cadence or the earliest deadline a record holds,
-    whichever comes first (at most 15 s apart); agents act at their own moments in between."""
-    while fleet.clock.now() < until:
-        fleet.tick()
-        if each is not None:
-            each()
-        now = fleet.clock.now()
-        wait = min(15.0, fleet.controller.next_wakeup(now), until - now)
-        fleet.clock.sleep(max(MIN_STEP, wait))
+    """Tick as `watch` does: at the next cadence or the earliest deadline a record holds."""
+    fleet.advance(until, each=each)
 
 
 # --- reading the story back ---------------------------------------------------------------------
@@ -107,17 +98,7 @@ def lines(fleet: Fleet, cls: str, kind: str | None = None) -> list[dict[str, Any
 
 def rented(fleet: Fleet, cluster_name: str | None = None) -> dict[int, float]:
     """Every instance vast ever created for us (live and gone): vast id -> created at."""
-    sim = fleet.sim
-    ids = set(sim.instances) | set(sim.fleet.gone)
-    out: dict[int, float] = {}
-    for vast_id in ids:
-        inst = sim.instance(vast_id)
-        info = parse_label(inst.label if inst else None)
-        if inst is None or info is None:
-            continue
-        if cluster_name is None or info.cluster == cluster_name:
-            out[vast_id] = inst.created_at
-    return out
+    return fleet.rentals(cluster_name)
 
 
 def alive(fleet: Fleet, cluster_name: str | None = None) -> set[int]:

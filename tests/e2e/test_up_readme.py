@@ -156,11 +156,28 @@ def test_up_then_ray_status_then_a_task_then_down(tmp_path: Path) -> None:
         assert "RAN ON 2000000" in ran.stdout, ran.stdout + ran.stderr
         _no_child_holds_the_key(state, exclude=up.pid)
         _ray_reads_work_and_drains_the_node(ray_env)
-    finally:
+    except BaseException:
+        # a failure above must still end what up started: down, then the original error
         up.terminate()
-        out, _ = up.communicate(timeout=60)
+        up.communicate(timeout=60)
+        _down(state, env)
+        raise
+    up.terminate()
+    out, _ = up.communicate(timeout=60)
     assert "watch stopped" in out
-    down = subprocess.run(
+    down = _down(state, env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "Embedded vastsim stopped." in down.stdout
+    head_dir = str(rayhead.temp_dir(state, "local-sim"))
+    for marker in (str(state), head_dir):
+        try:
+            wait_for(lambda m=marker: leftover_processes(m) == [], 60)
+        except AssertionError:
+            raise AssertionError(describe(leftover_processes(marker))) from None
+
+
+def _down(state: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -178,11 +195,3 @@ def test_up_then_ray_status_then_a_task_then_down(tmp_path: Path) -> None:
         timeout=120,
         check=False,
     )
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert "Embedded vastsim stopped." in down.stdout
-    head_dir = str(rayhead.temp_dir(state, "local-sim"))
-    for marker in (str(state), head_dir):
-        try:
-            wait_for(lambda m=marker: leftover_processes(m) == [], 60)
-        except AssertionError:
-            raise AssertionError(describe(leftover_processes(marker))) from None

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from bench.agents import ContainerFault, Image
 from bench.harness import START, fleet
-from tests.scenarios.world import H, M, alive, cluster, in_windows, lines, rented, run, workers
+from tests.scenarios.world import (
+    H,
+    M,
+    alive,
+    cluster,
+    dollars,
+    in_windows,
+    lines,
+    rented,
+    run,
+    workers,
+)
 
 SPEC = cluster("broken", min_workers=1, factor=2)
 PER_PAUSE = SPEC.breaker.slots * SPEC.node_types["gpu"].candidate_factor
@@ -36,6 +47,9 @@ def test_an_image_that_never_enrolls_rents_at_most_breaker_slots_times_factor_pe
         assert len(alive(f, "broken")) <= PER_PAUSE
         pauses = [b for b in f.controller.records().breakers.values() if b.paused_until]
         assert pauses
+        # the meter: every failed candidate billed for minutes (boot, the 60 s limit), not more
+        most = max(f.sim.instance(v).compute_dph + f.sim.instance(v).storage_dph for v in rented(f))
+        assert dollars(f, "broken") <= len(times) * most * (6 * M / H)
 
 
 def test_a_healthy_enrollment_resets_the_count() -> None:

@@ -62,3 +62,16 @@ def test_watch_restarted_in_the_middle_of_a_scale_up() -> None:
         assert set(rented(f, "restart")) == first  # nothing rented twice
         _records_answer_for_every_instance(f)
         assert not ended_by(f)
+
+
+def test_a_listing_that_fails_runs_neither_the_reconcile_nor_the_sweep() -> None:
+    """Finding 9: the sweep was marked as run on ticks where it did not run."""
+    spec = cluster("unlisted", min_workers=1, factor=1)
+    with fleet(spec) as f:
+        run(f, START + 10 * M)
+        schedule = f.controller.schedules["unlisted"]
+        before = {job: schedule.last[job] for job in ("reconcile", "orphan_sweep")}
+        f.sim.faults.server_error(LIST, 1000, status=502)
+        run(f, f.clock.now() + 10 * M)
+        assert {job: schedule.last[job] for job in before} == before  # still due: never ran
+        assert len(workers(f, "unlisted")) == 1  # and nothing was ended on an unknown listing

@@ -15,7 +15,18 @@ from types import SimpleNamespace
 from bench.harness import START, fleet
 from reconciler.watch.runner import _reload
 from reconciler.watch.source import SpecSource
-from tests.scenarios.world import H, M, alive, cluster, cluster_text, ended_by, lines, run, workers
+from tests.scenarios.world import (
+    H,
+    M,
+    alive,
+    cluster,
+    cluster_text,
+    dollars,
+    ended_by,
+    lines,
+    run,
+    workers,
+)
 
 ALPHA = cluster("alpha", min_workers=2)
 BETA = cluster("beta", min_workers=1)
@@ -48,6 +59,9 @@ def test_adding_editing_and_removing_a_cluster_leaves_the_others_alone() -> None
         run(f, f.clock.now() + 5 * M)
         assert alive(f, "beta") == set()
         assert {ended_by(f)[v] for v in beta} == {"removed_from_spec"}
+        paid = dollars(f, "beta")
+        run(f, f.clock.now() + 10 * M)
+        assert dollars(f, "beta") == paid  # the meter stopped with the prune
         assert f.controller.records().clusters.keys() == {"alpha", "gamma"}
         assert f.controller.records().clusters["alpha"].revision == "rev-2"
 

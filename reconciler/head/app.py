@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from reconciler.clock import Clock
-from reconciler.head import enrollment, heartbeats, messages, pki, reports
+from reconciler.head import enrollment, heartbeats, limits, messages, pki, reports
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints, PortPlan, enroll_answer
 from reconciler.head.decisions import Decision, Note, Refusal
@@ -38,9 +37,6 @@ from reconciler.state.ledger import LedgerKind
 T = TypeVar("T")
 log = logging.getLogger("reconciler.head")
 
-# A handshake refused on a port is ledgered at most this often per peer address: a scanner on
-# the internet must not fill the ledger.
-HANDSHAKE_NOTE_INTERVAL = 60.0
 # The same alert (cluster, class, record) joins the records at most this often; repeats are counted.
 ALERT_REPEAT_SECONDS = 60.0
 
@@ -93,11 +89,12 @@ class HeadApp:
         self.ports = ports or PortPlan()
         # The watch controller may hold enrollment (503, the candidate retries) while it catches up.
         self.accepting_enrollments = True
-        self.handshake_note_interval = HANDSHAKE_NOTE_INTERVAL
-        self._handshake_noted: dict[tuple[str, str], float] = {}
         self._guard = threading.Lock()
         self.alert_repeat_seconds = ALERT_REPEAT_SECONDS
         self._alert_repeats: dict[tuple[str, str], int] = {}
+        # what unproven traffic may cost: a bucket per source, refusals noted in aggregate
+        self.buckets = limits.SourceBuckets()
+        self.unproven = limits.RefusalTally()
 
     @property
     def cluster(self) -> str:
@@ -109,10 +106,14 @@ class HeadApp:
 
     # --- POST /enroll ----------------------------------------------------------------------
 
-    def enroll(self, body: bytes) -> Answer:
+    def enroll(self, body: bytes, peer: str | None = None) -> Answer:
+        """`peer`: the request's source address (the TLS server's; None in-process)."""
+        limited = self._limited(peer)
+        if limited is not None:
+            return limited
         if not self.accepting_enrollments:
             return refusal_answer(Refusal(503, "not_ready", "the head is not enrolling yet"))
-        parsed = self._parse(messages.ENROLL_REQUEST, body, "enroll")
+        parsed = self._parse(messages.ENROLL_REQUEST, body, "enroll", peer)
         if isinstance(parsed, Answer):
             return parsed
         request = messages.EnrollRequest.of(parsed)
@@ -121,8 +122,15 @@ class HeadApp:
         serial = pki.new_serial()
         decision = self._decide(
             lambda records, now: enrollment.enroll(
-                records, request, cluster=self.cluster, lineage=self.lineage, now=now, serial=serial
-            )
+                records,
+                request,
+                cluster=self.cluster,
+                lineage=self.lineage,
+                now=now,
+                serial=serial,
+                peer=peer,
+            ),
+            peer,
         )
         if decision.refusal is not None or decision.outcome is None:
             return refusal_answer(decision.refusal or Refusal(500, "bad_request", "no decision"))
@@ -150,16 +158,19 @@ class HeadApp:
 
     # --- POST /heartbeat (port B) ----------------------------------------------------------
 
-    def heartbeat(self, peer_cert_der: bytes | None, body: bytes) -> Answer:
+    def heartbeat(
+        self, peer_cert_der: bytes | None, body: bytes, peer: str | None = None
+    ) -> Answer:
         identity = pki.worker_identity(peer_cert_der) if peer_cert_der else None
-        parsed = self._parse(messages.HEARTBEAT, body, "heartbeat")
+        parsed = self._parse(messages.HEARTBEAT, body, "heartbeat", peer)
         if isinstance(parsed, Answer):
             return parsed
         beat = messages.Heartbeat.of(parsed, received_at=self.clock.now())
         decision = self._decide(
             lambda records, now: heartbeats.heartbeat(
                 records, identity, beat, cluster=self.cluster, lineage=self.lineage, now=now
-            )
+            ),
+            peer,
         )
         if decision.refusal is not None:
             return refusal_answer(decision.refusal)
@@ -175,8 +186,11 @@ class HeadApp:
 
     # --- POST /report ----------------------------------------------------------------------
 
-    def report(self, body: bytes) -> Answer:
-        parsed = self._parse(messages.REPORT, body, "report")
+    def report(self, body: bytes, peer: str | None = None) -> Answer:
+        limited = self._limited(peer)
+        if limited is not None:
+            return limited
+        parsed = self._parse(messages.REPORT, body, "report", peer)
         if isinstance(parsed, Answer):
             return parsed
         message = messages.Report.of(parsed)
@@ -191,7 +205,8 @@ class HeadApp:
         decision = self._decide(
             lambda records, now: reports.report(
                 records, message, cluster=self.cluster, lineage=self.lineage, now=now
-            )
+            ),
+            peer,
         )
         if decision.refusal is not None:
             return refusal_answer(decision.refusal)
@@ -210,26 +225,16 @@ class HeadApp:
     # --- refused at the TLS layer ----------------------------------------------------------
 
     def refused_handshake(self, port: str, peer: str, error: str) -> None:
-        """A peer the TLS layer refused (no certificate, another CA's): kept in the ledger, at
-        most once a minute per peer address and reason."""
-        now = time.monotonic()
-        key = (peer, error)
-        with self._guard:
-            last = self._handshake_noted.get(key)
-            if last is not None and now - last < self.handshake_note_interval:
-                return
-            if len(self._handshake_noted) > 10_000:
-                self._handshake_noted.clear()
-            self._handshake_noted[key] = now
+        """A peer the TLS layer refused (no certificate, another CA's, not TLS at all): unproven
+        traffic, noted in aggregate (at most once a minute per peer address and class)."""
         cls = "heartbeat_refused" if port == "heartbeat" else "tls_refused"
-        self._detected(
-            Note(
-                LedgerKind.DETECTION,
-                cls,
-                f"{port} port: TLS handshake with {peer} refused: {error}",
-                data={"refused": "tls", "peer": peer, "port": port},
-            )
+        note = Note(
+            LedgerKind.DETECTION,
+            cls,
+            f"{port} port: TLS handshake with {peer} refused: {error}",
+            data={"refused": "tls", "port": port, "unproven": True},
         )
+        self._unproven([note], peer)
 
     def alert_repeats(self) -> dict[tuple[str, str], int]:
         """Alerts not added again because the same one was raised within the last minute, by
@@ -239,29 +244,70 @@ class HeadApp:
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _parse(self, schema: str, body: bytes, what: str) -> dict[str, Any] | Answer:
+    def _parse(
+        self, schema: str, body: bytes, what: str, peer: str | None
+    ) -> dict[str, Any] | Answer:
         try:
             return messages.parse(schema, body)
         except messages.BadMessage as exc:
-            self._detected(
-                Note(
-                    LedgerKind.DETECTION,
-                    "bad_agent_message",
-                    f"{what}: malformed message refused: {exc}",
-                    data={"refused": "bad_request"},
-                )
+            note = Note(
+                LedgerKind.DETECTION,
+                "bad_agent_message",
+                f"{what}: malformed message refused: {exc}",
+                data={"refused": "bad_request", "unproven": True},
             )
+            self._unproven([note], peer)
             return refusal_answer(Refusal(400, "bad_request", str(exc)))
 
-    def _decide(self, decide: Callable[[Records, float], Decision[T]]) -> Decision[T]:
+    def _limited(self, peer: str | None) -> Answer | None:
+        """429 for a source past its bucket (counted, noted in aggregate; nothing else)."""
+        if peer is None or self.buckets.take(peer, self.clock.now()):
+            return None
+        note = Note(
+            LedgerKind.DETECTION,
+            "rate_limited",
+            "too many requests from one address: answered 429",
+            data={"refused": "rate_limited", "unproven": True},
+        )
+        self._unproven([note], peer)
+        answer = refusal_answer(Refusal(429, "rate_limited", "too many requests; slow down"))
+        return replace(answer, headers={"Retry-After": "1"})
+
+    def _unproven(self, notes: Sequence[Note], peer: str | None) -> None:
+        """Refusals of traffic that proved nothing: counted, and at most one ledger line per
+        source and class a minute, carrying the count. They changed no record; only the rare line
+        that is written takes the records lock (for the alert it may raise)."""
+        source = peer or "in-process"
+        now = self.clock.now()
+        due = []
+        for note in notes:
+            count = self.unproven.count(source, note.cls, now)
+            if count:
+                data = {**note.data, "peer": source, "count": count}
+                shown = f"{note.message} [{count} such from {source} since the last line]"
+                due.append(replace(note, message=shown, data=data))
+        if due:
+            with self.host.lock:
+                before = self.host.records()
+                self._commit(before, before, due, now)
+
+    def _decide(
+        self, decide: Callable[[Records, float], Decision[T]], peer: str | None = None
+    ) -> Decision[T]:
         """Run a decision on the current records, save what it changed, write its notes (all
         under the records lock, so the ledger's order is the decisions' order), then hand its
-        destroys to the destroyer."""
+        destroys to the destroyer. Notes of unproven traffic (the decision changed nothing) go to
+        the tally instead, outside the lock."""
         with self.host.lock:
             before = self.host.records()
             now = self.clock.now()
             decision = decide(before, now)
-            self._commit(before, decision.records, decision.notes, now)
+            proven = [n for n in decision.notes if not n.data.get("unproven")]
+            if proven or decision.records is not before:
+                self._commit(before, decision.records, proven, now)
+        unproven = [n for n in decision.notes if n.data.get("unproven")]
+        if unproven:
+            self._unproven(unproven, peer)
         for destroy in decision.destroys:
             self.destroyer.submit(destroy)
         return decision

@@ -88,6 +88,12 @@ def ours(record: InstanceRecord | None, *, cluster: str, lineage: str) -> bool:
     return record is not None and record.cluster == cluster and record.managed_by == lineage
 
 
+def comes_from(record: InstanceRecord, peer: str | None) -> bool:
+    """Whether a request from `peer` provably comes from this instance: its source address is
+    the instance's public address in vast's latest listing, or the one it enrolled from."""
+    return peer is not None and peer in {record.listed_ip, record.public_ip} - {None}
+
+
 def by_vast_id(records: Records, vast_id: int) -> InstanceRecord | None:
     """The live record of a vast instance, if any."""
     for record in records.instances.values():

@@ -3,11 +3,15 @@
 `enroll(records, request, ...)` is pure. In order, it:
 
 1. checks the token: unknown, of another cluster, or bound to another instance than the one that
-   presents it is a failed token check, and the head destroys the presenting instance (when it
-   is ours; an instance we do not answer for is only refused);
+   presents it is a failed token check. The head destroys the presenting instance only when the
+   request provably comes from it (its source address is the instance's public address in vast's
+   latest listing, or the one it enrolled from; DESIGN.md 10) and the instance is ours; anything
+   else is only refused, and noted in aggregate as unproven traffic (a stranger naming a
+   worker's instance id must change nothing);
 2. refuses a token already used: by the same boot it is a retry whose answer was lost (answered
-   again, with a fresh certificate); by another boot it is a container restart (a second
-   enrollment), which the seed ends: 403, and the worker destroys itself;
+   again, with a fresh certificate; the lost answer's certificate is revoked); by another boot
+   it is a container restart (a second enrollment), which the seed ends: 403, and the worker
+   destroys itself;
 3. refuses an expired token, and a candidate whose record or request has ended (a late candidate:
    every slot already has a worker);
 4. fills the request's first open slot: the record becomes a worker, the token is spent and bound
@@ -57,14 +61,18 @@ def enroll(
     lineage: str,
     now: float,
     serial: int,
+    peer: str | None = None,
 ) -> dec.Decision[Admission]:
-    """Decide one enrollment; `serial` is the serial the worker's certificate will carry."""
+    """Decide one enrollment; `serial` is the serial the worker's certificate will carry, `peer`
+    the request's source address (None: unknown, which proves nothing)."""
     token = records.tokens.get(tokens.digest(request.token))
     record = records.instances.get(token.record_id) if token is not None else None
     problem = _token_problem(token, record, request, cluster=cluster, lineage=lineage)
     if problem is not None or token is None or record is None:
         why = problem or "the join token is not one this head issued"
-        return _token_check_failed(records, request, why, cluster=cluster, lineage=lineage, now=now)
+        return _token_check_failed(
+            records, request, why, cluster=cluster, lineage=lineage, now=now, peer=peer
+        )
     if token.used_at is not None:
         return _used(records, request, token, record, now=now, serial=serial)
     if now >= token.expires_at:
@@ -143,6 +151,7 @@ def _admit(
         self_report_at=now,
         public_ip=request.public_ip,
         slot_id=slot.id,
+        cert_serial=serial,
     )
     slots = tuple(
         replace(s, worker=record.id) if s.id == slot.id else s for s in slot_request.slots
@@ -226,16 +235,23 @@ def _used(
 ) -> dec.Decision[Admission]:
     same_boot = token.boot_id == request.boot_id
     if same_boot and record.role is Role.WORKER and record.live and record.intent is Intent.RUNNING:
+        # the answer that was lost carried a certificate nobody holds now: it is revoked
+        lost = record.cert_serial
         note = dec.Note(
             LedgerKind.NOTE,
             "enrolled",
-            f"instance {request.instance_id} asked again from the same boot; answered again",
+            f"instance {request.instance_id} asked again from the same boot; answered again"
+            + (f" (certificate {lost:x} of the lost answer revoked)" if lost is not None else ""),
             record=record.id,
             instance=request.instance_id,
             data={"boot_id": request.boot_id, "again": True},
         )
-        admission = Admission(record, record.slot_id or "", record.request_id, serial, again=True)
-        return dec.Decision(records, (note,), (), None, admission)
+        renewed = replace(record, cert_serial=serial)
+        updated = dec.put(records, renewed)
+        if lost is not None:
+            updated = dec.revoke(updated, lost)
+        admission = Admission(renewed, record.slot_id or "", record.request_id, serial, again=True)
+        return dec.Decision(updated, (note,), (), None, admission)
     if record.enrolled_at is not None:
         return _refuse(
             records,
@@ -256,25 +272,41 @@ def _token_check_failed(
     cluster: str,
     lineage: str,
     now: float,
+    peer: str | None,
 ) -> dec.Decision[Admission]:
-    """The seed: a failed token check makes the head destroy that instance (when it is ours)."""
+    """The seed: a failed token check makes the head destroy that instance, when the request
+    provably comes from it and it is ours; otherwise 403 and nothing else changes."""
     presenter = dec.by_vast_id(records, request.instance_id)
     refusal = dec.Refusal(403, "token_check_failed", f"token check failed: {why}")
-    if (
-        presenter is None
-        or not dec.ours(presenter, cluster=cluster, lineage=lineage)
-        or presenter.intent is Intent.DESTROYED
-    ):
+    ours = (
+        presenter is not None
+        and dec.ours(presenter, cluster=cluster, lineage=lineage)
+        and presenter.intent is not Intent.DESTROYED
+    )
+    if presenter is None or not ours:
         note = dec.Note(
             LedgerKind.DETECTION,
             "token_check_failed",
             f"instance {request.instance_id}: {refusal.message}; not an instance of ours, refused",
             instance=request.instance_id,
-            data={"boot_id": request.boot_id, "refused": "token_check_failed"},
+            data={"boot_id": request.boot_id, "refused": "token_check_failed", "unproven": True},
         )
         return dec.Decision(records, (note,), (), refusal)
-    message = f"instance {request.instance_id}: {refusal.message}"
+    if not dec.comes_from(presenter, peer):
+        note = dec.Note(
+            LedgerKind.DETECTION,
+            "token_check_failed",
+            f"instance {request.instance_id}: {refusal.message}; from "
+            f"{peer or 'an unknown address'}, not the instance's address "
+            f"({presenter.listed_ip or presenter.public_ip or 'none'}): refused, nothing changed",
+            instance=request.instance_id,
+            data={"boot_id": request.boot_id, "refused": "token_check_failed", "unproven": True},
+        )
+        return dec.Decision(records, (note,), (), refusal)
+    message = f"instance {request.instance_id}: {refusal.message} (from its own address {peer})"
     updated = dec.put(records, dec.doomed(presenter, "token_check_failed", now))
+    if presenter.cert_serial is not None:
+        updated = dec.revoke(updated, presenter.cert_serial)
     notes = (
         dec.Note(
             LedgerKind.DETECTION,
@@ -282,7 +314,7 @@ def _token_check_failed(
             message,
             record=presenter.id,
             instance=request.instance_id,
-            data={"boot_id": request.boot_id, "refused": "token_check_failed"},
+            data={"boot_id": request.boot_id, "refused": "token_check_failed", "peer": peer},
         ),
         dec.Note(
             LedgerKind.DECISION,

@@ -47,7 +47,7 @@ def report(
             LEDGER_CLASS,
             f"{text} [refused: the token does not match the instance]",
             instance=message.instance_id,
-            data={**data, "refused": "token_check_failed"},
+            data={**data, "refused": "token_check_failed", "unproven": True},
         )
         refusal = dec.Refusal(403, "token_check_failed", "the token does not match the instance")
         return dec.Decision(records, (note,), (), refusal)

@@ -113,13 +113,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _call(self, name: str, body: bytes) -> Answer:
         app = self.server.app
         if name == "enroll":
-            return app.enroll(body)
+            return app.enroll(body, peer=self.client_address[0])
         if name == "report":
-            return app.report(body)
+            return app.report(body, peer=self.client_address[0])
         if name == "agent":
             return app.agent_download()
         cert = self.connection.getpeercert(binary_form=True)
-        return app.heartbeat(cert, body)
+        return app.heartbeat(cert, body, peer=self.client_address[0])
 
     def _body(self) -> bytes | None:
         try:

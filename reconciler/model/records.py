@@ -106,6 +106,12 @@ class InstanceRecord:
     self_report_at: float | None = None
     enrolled_at: float | None = None
     public_ip: str | None = None
+    # The public address vast's latest listing gives it: traffic from there provably comes from
+    # this instance (DESIGN.md 10, "Who may cause a destroy from the network").
+    listed_ip: str | None = None
+    # The serial of the client certificate its enrollment answer carried (revoked when a lost
+    # answer is replaced, and when the worker ends, is refused or is lost).
+    cert_serial: int | None = None
     stop_due_at: float | None = None
     destroy_due_at: float | None = None
     # Work holds it (reaper gate 3): `pinned` while Ray reports work on its node (leased

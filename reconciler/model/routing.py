@@ -88,6 +88,7 @@ ROUTES: dict[str, Route] = {
     "heartbeat_refused": Route((Outcome.NOTHING,), ends_machine=False),
     "tls_refused": Route((Outcome.NOTHING,), ends_machine=False),
     "bad_agent_message": Route((Outcome.ALERT,), ends_machine=False),
+    "rate_limited": Route((Outcome.NOTHING,), ends_machine=False),
 }
 
 UNKNOWN = Route((Outcome.ALERT,), ends_machine=False)

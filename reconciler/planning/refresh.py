@@ -77,6 +77,7 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
         missing_since=None,
         first_observed_at=record.first_observed_at or now,
         phase=_phase(record, status),
+        listed_ip=seen.public_ipaddr or record.listed_ip,
     )
     if status == "running":
         first = record.first_running_at or now

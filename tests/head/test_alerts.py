@@ -81,7 +81,11 @@ def worker(ident: str, vast_id: int) -> InstanceRecord:
         host_id=1,
         dph_total=0.2,
         vast_id=vast_id,
+        listed_ip=f"203.0.113.{vast_id % 250}",  # vast's latest listing
     )
+
+
+OWN_ADDRESS = "203.0.113.200"  # instance 700's address in vast's listing
 
 
 @pytest.fixture
@@ -151,7 +155,7 @@ def test_a_bad_token_from_a_stranger_raises_an_alert_in_the_records_and_the_log(
 
 
 def test_a_bad_token_from_our_own_instance_alerts_on_its_record_and_destroys_it(head: Head):
-    answer = head.app.enroll(enroll_body(700))
+    answer = head.app.enroll(enroll_body(700), peer=OWN_ADDRESS)  # provably from instance 700
     assert answer.status == 403
     [alert] = head.alerts()
     assert (alert.cls, alert.record) == ("token_check_failed", "i7")
@@ -163,6 +167,15 @@ def test_a_bad_token_from_our_own_instance_alerts_on_its_record_and_destroys_it(
     assert head.shared.records().alerts == (alert,)  # the destroyer's save keeps it
 
 
+def test_a_bad_token_from_a_strangers_address_changes_nothing(head: Head):
+    """Issue 13: one forged enrollment naming a worker's instance id destroyed that worker."""
+    answer = head.app.enroll(enroll_body(700), peer="198.51.100.66")
+    assert answer.status == 403
+    assert head.saved == [] or all(r.instances["i7"].intent is Intent.RUNNING for r in head.saved)
+    assert head.app.destroyer.drain(10) and head.provider.destroyed == []
+    assert head.shared.records().instances["i7"].intent is Intent.RUNNING
+
+
 def test_the_same_junk_message_within_a_minute_is_counted_not_added_again(head: Head):
     first = head.app.enroll(b"{not json")
     assert first.status == 400
@@ -171,19 +184,19 @@ def test_the_same_junk_message_within_a_minute_is_counted_not_added_again(head: 
     assert head.app.heartbeat(None, b"junk").status == 400
     [alert] = head.alerts()
     assert (alert.cls, alert.at, alert.record) == ("bad_agent_message", NOW, None)
-    assert head.app.alert_repeats() == {("hc", "bad_agent_message"): 2}
-    # every one of them is still a ledger line
-    assert [c for _, c, _ in head.ledger.lines].count("bad_agent_message") == 3
-    # a minute after the first one, the next is an alert again
+    # unproven traffic is noted in aggregate: one ledger line a minute per source and class
+    assert [c for _, c, _ in head.ledger.lines].count("bad_agent_message") == 1
+    # a minute after the first one, the next line carries the count, and alerts again
     head.clock.advance(31)
     assert head.app.enroll(b"{}").status == 400
     assert [a.at for a in head.alerts()] == [NOW, NOW + 61]
-    assert head.app.alert_repeats() == {("hc", "bad_agent_message"): 2}
+    assert [c for _, c, _ in head.ledger.lines].count("bad_agent_message") == 2
+    assert head.app.unproven.totals() == {("in-process", "bad_agent_message"): 4}
 
 
 def test_alerts_of_other_records_or_classes_are_not_taken_for_repeats(head: Head):
     head.app.enroll(enroll_body(999))  # a stranger: no record
-    head.app.enroll(enroll_body(700))  # our i7
+    head.app.enroll(enroll_body(700), peer=OWN_ADDRESS)  # our i7, from its own address
     head.app.enroll(b"{}")  # junk
     keys = [(a.cls, a.record) for a in head.alerts()]
     assert keys == [

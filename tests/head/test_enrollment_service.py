@@ -19,6 +19,7 @@ import pytest
 
 from reconciler.head import messages
 from reconciler.head.agentsource import AgentBundle
+from reconciler.head.decisions import put
 from reconciler.model.codec import encode
 from reconciler.model.records import BreakerState, Intent, Phase, RequestStatus, Role
 
@@ -150,10 +151,11 @@ def test_a_reused_token_from_another_instance_fails_the_token_check(world: HeadW
     request = world.place(slots=2)
     owner, thief = world.rent(request), world.rent(request)
     assert world.enroll(owner).status == 200
+    listed_at(world, thief, "127.0.0.1")  # vast lists the thief at the address it posts from
 
     reused = world.enroll(owner, instance_id=thief.vast_id)  # owner's token, thief's instance
     assert (reused.status, reused.doc["error"]) == (403, "token_check_failed")
-    # the head destroys the instance that failed its token check
+    # the head destroys the instance that failed its token check: it provably came from it
     wait_for(lambda: gone(world, thief.vast_id), timeout=5)
     wait_for(lambda: world.record(thief.record_id).phase is Phase.DESTROYED, timeout=5)
     assert not gone(world, owner.vast_id)
@@ -163,18 +165,34 @@ def test_a_reused_token_from_another_instance_fails_the_token_check(world: HeadW
     assert all(e.record == thief.record_id for e in entries)
 
 
-def test_an_unknown_token_is_refused_and_only_our_instance_is_destroyed(world: HeadWorld):
+def test_an_unknown_token_destroys_only_our_instance_and_only_from_its_own_address(
+    world: HeadWorld,
+):
     request = world.place(slots=1)
     ours = world.rent(request)
+    listed_at(world, ours, "203.0.113.9")  # vast lists it elsewhere: this post is a stranger's
     forged = world.enroll(ours, token="not-a-token-the-head-ever-made")
     assert (forged.status, forged.doc["error"]) == (403, "token_check_failed")
+    assert world.record(ours.record_id).intent is Intent.RUNNING and not gone(world, ours.vast_id)
+
+    listed_at(world, ours, "127.0.0.1")  # now the post provably comes from the instance
+    from_itself = world.enroll(ours, token="not-a-token-the-head-ever-made")
+    assert (from_itself.status, from_itself.doc["error"]) == (403, "token_check_failed")
     wait_for(lambda: gone(world, ours.vast_id), timeout=5)
 
     stranger = world.enroll(ours, token="not-a-token-the-head-ever-made", instance_id=99_999)
     assert (stranger.status, stranger.doc["error"]) == (403, "token_check_failed")
     detections = [e for e in world.ledger("token_check_failed") if e.kind.value == "detection"]
-    assert [e.instance for e in detections] == [ours.vast_id, 99_999]
-    assert "not an instance of ours" in detections[1].message
+    # the stranger's two refusals are noted in aggregate: one line per source and class a minute
+    assert [e.instance for e in detections] == [ours.vast_id, ours.vast_id]
+    assert "not the instance's address" in detections[0].message
+    assert "from its own address 127.0.0.1" in detections[1].message
+
+
+def listed_at(world: HeadWorld, rented: object, address: str) -> None:
+    """What the planner's refresh records when vast's listing shows the instance at `address`."""
+    record_id = rented.record_id  # type: ignore[attr-defined]
+    world.change(lambda r: put(r, replace(r.instances[record_id], listed_ip=address)))
 
 
 def test_an_expired_token_is_refused(world: HeadWorld):

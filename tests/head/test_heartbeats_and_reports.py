@@ -33,7 +33,7 @@ from .schemas import assert_valid
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[HeadWorld]:
     with head_world(tmp_path) as w:
-        w.service.app.handshake_note_interval = 0.0
+        w.service.app.unproven.every = 0.0  # every refusal noted: the tests read each one
         yield w
 
 

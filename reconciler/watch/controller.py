@@ -28,7 +28,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle, lost, never_reported, pools, went_silent
 from reconciler.nets.base import NetResult
 from reconciler.nets.detection import Detection
-from reconciler.planning import deadlines, guards, retention
+from reconciler.planning import deadlines, guards, retention, revocation
 from reconciler.planning.react import react
 from reconciler.state.ledger import LedgerKind
 from reconciler.watch.schedule import Schedule
@@ -218,6 +218,7 @@ class Controller:
                     ran.setdefault(name, []).extend(jobs)
             self._update_pins(now)
             self._run_nets(now, due, report)
+            self.mutate(revocation.revoke_ended)  # ended, refused and lost workers' certificates
             for name, jobs in ran.items():
                 if name in self.schedules:
                     self.schedules[name].ran(jobs, now)

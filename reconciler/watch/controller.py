@@ -94,6 +94,8 @@ LISTING_JOBS = frozenset({"reconcile", "orphan_sweep"})
 # Clusters no longer declared are pruned on this cadence (the default reconcile cadence).
 PRUNE_KEY = "\x00pruning"
 PRUNE_SECONDS = 60.0
+# A listing the deadlines ask for comes no sooner than this after one that failed.
+LISTING_RETRY_SECONDS = 10.0
 
 MachineNet = Callable[..., NetResult]
 MACHINE_NETS: Mapping[str, MachineNet] = {
@@ -124,6 +126,9 @@ class Controller:
     # because a machine of theirs just ended (its slot may need a replacement at once).
     listed_at: dict[str, float] = field(default_factory=dict)
     _wake: set[str] = field(default_factory=set)
+    # When a cluster's listing last failed: an early listing waits a little after a failure
+    # (vast's outage must not turn the controller's deadlines into a request loop).
+    _failed_at: dict[str, float] = field(default_factory=dict)
     # The specs are a whole directory (not one file): a cluster it stops declaring is pruned.
     prune: bool = True
     # Policy destroys of most of a cluster go ahead unattended (`watch --allow-mass-destroy`).
@@ -214,8 +219,15 @@ class Controller:
             if any("reconcile" in jobs for jobs in due.values()) or self._pruning_due(now):
                 self.mutate(tokens.prune)  # join tokens nobody can use any more
                 self.mutate(retention.prune)  # machines ended long ago: the ledger keeps them
-                for name, jobs in self._reconcile(now, due, report).items():
+                listed = self._reconcile(now, due, report)
+                for name, jobs in listed.items():
                     ran.setdefault(name, []).extend(jobs)
+                for name, jobs in due.items():
+                    missed = [
+                        j for j in jobs if j in LISTING_JOBS and j not in listed.get(name, [])
+                    ]
+                    if missed and name in self.schedules:
+                        self.schedules[name].retry(missed, now, LISTING_RETRY_SECONDS)
             self._update_pins(now)
             self._run_nets(now, due, report)
             self.mutate(revocation.revoke_ended)  # ended, refused and lost workers' certificates
@@ -230,8 +242,6 @@ class Controller:
         deadline a record holds (a limit fires within seconds of its threshold)."""
         with self.lock:
             waits = [s.next_due(now) for s in self.schedules.values()]
-            if self._wake:
-                waits.append(0.0)
             records = self.journal.records()
             for name, spec in self.specs.items():
                 at = deadlines.next_listing(
@@ -240,8 +250,10 @@ class Controller:
                     spec,
                     after=self.listed_at.get(name, float("-inf")),
                 )
+                if name in self._wake:
+                    at = now
                 if at is not None:
-                    waits.append(max(0.0, at - now))
+                    waits.append(max(0.0, at - now, self._retry_at(name) - now))
                 waits += [max(0.0, at - now) for at in self._net_deadlines(name).values()]
             return min(waits) if waits else 30.0
 
@@ -257,8 +269,14 @@ class Controller:
             if job in self.machine_nets and at > schedule.last.get(job, float("-inf"))
         }
 
+    def _retry_at(self, name: str) -> float:
+        return self._failed_at.get(name, float("-inf")) + LISTING_RETRY_SECONDS
+
     def _listing_due(self, name: str, now: float) -> bool:
-        """A record's deadline has come (or a machine just ended): list now, not at the cadence."""
+        """A record's deadline has come (or a machine just ended): list now, not at the cadence
+        (but not again within seconds of a listing that failed)."""
+        if now < self._retry_at(name):
+            return False
         if name in self._wake:
             return True
         records = self.journal.records()
@@ -304,6 +322,7 @@ class Controller:
             for error in plan.errors:
                 for spec in specs:
                     self.journal.log(spec.name, LedgerKind.NOTE, "listing_unknown", error)
+            self._failed_at.update({spec.name: now for spec in specs})
             return {}
         for spec in specs:
             self.listed_at[spec.name] = now

@@ -49,6 +49,13 @@ class Schedule:
         for job in jobs:
             self.last[job] = now
 
+    def retry(self, jobs: list[str], now: float, after: float) -> None:
+        """Jobs that could not run (their listing failed): due again `after` seconds from now,
+        not at once (a loop) and not a whole period later (a sweep skipped for 5 minutes)."""
+        for job in jobs:
+            period = self.periods.get(job, after)
+            self.last[job] = now - period + min(after, period)
+
     def next_due(self, now: float) -> float:
         """Seconds until the next job is due (0 when one already is)."""
         waits = [

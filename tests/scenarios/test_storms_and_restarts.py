@@ -3,6 +3,7 @@ no leak, nothing healthy ended."""
 
 from __future__ import annotations
 
+from bench.agents import ContainerFault, Image
 from bench.harness import START, fleet
 from reconciler.applying.journal import Journal
 from reconciler.watch.controller import Controller
@@ -65,13 +66,32 @@ def test_watch_restarted_in_the_middle_of_a_scale_up() -> None:
 
 
 def test_a_listing_that_fails_runs_neither_the_reconcile_nor_the_sweep() -> None:
-    """Finding 9: the sweep was marked as run on ticks where it did not run."""
+    """Finding 9: the sweep was marked as run on ticks where it did not run. Now a job whose
+    listing failed stays due (tried again within seconds), and nothing is planned blind."""
     spec = cluster("unlisted", min_workers=1, factor=1)
     with fleet(spec) as f:
         run(f, START + 10 * M)
-        schedule = f.controller.schedules["unlisted"]
-        before = {job: schedule.last[job] for job in ("reconcile", "orphan_sweep")}
+        listed = f.controller.listed_at["unlisted"]
         f.sim.faults.server_error(LIST, 1000, status=502)
         run(f, f.clock.now() + 10 * M)
-        assert {job: schedule.last[job] for job in before} == before  # still due: never ran
+        now = f.clock.now()
+        schedule = f.controller.schedules["unlisted"]
+        assert f.controller.listed_at["unlisted"] == listed  # no listing was had
+        for job in ("reconcile", "orphan_sweep"):  # both still due within seconds
+            assert now - schedule.last[job] >= schedule.periods[job] - 15, job
         assert len(workers(f, "unlisted")) == 1  # and nothing was ended on an unknown listing
+
+
+def test_deadlines_do_not_turn_a_vast_outage_into_a_request_loop() -> None:
+    """A record holds a deadline (a candidate's enrollment limit), and every listing fails: the
+    controller lists again at most every few seconds, not at every loop turn."""
+    spec = cluster("outage", min_workers=1, factor=1)
+    with fleet(spec, faults=lambda vast_id: ContainerFault(image=Image.IDLES)) as f:
+        run(f, START + 30)  # rented; its container runs; the enrollment limit is pending
+        f.sim.faults.fail_listing(page=1, status=400, count=100_000)  # fails fast, no retries
+        sent = f.sim.counters[LIST]
+        run(f, f.clock.now() + 10 * M)
+        listings = f.sim.counters[LIST] - sent
+        # at most one listing every 10 s (the cadence would list 10 times; a loop, hundreds)
+        assert 5 <= listings <= 10 * M / 10 + 1, listings
+        assert len(rented(f, "outage")) == 1  # and nothing was rented blind

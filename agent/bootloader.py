@@ -13,11 +13,15 @@ after `RV_BOOTLOADER_GIVE_UP_SECONDS` of failed downloads, on TERM, INT or HUP, 
 before the agent runs, it reports the reason to the head (waiting up to `RV_REPORT_WAIT_SECONDS`)
 and destroys its own instance with `CONTAINER_API_KEY`, retrying every
 `RV_SELF_DESTROY_RETRY_SECONDS` until vast confirms; and after that it still waits.
+
+Every connection leaves from `VASTSIM_SOURCE_IP` when the container is told one (the simulator's
+per-instance loopback address; on vast the host's NAT picks the address, and it is not set).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import importlib
 import json
 import os
@@ -78,7 +82,7 @@ def _exchange(
     sent.update(headers or {})
     request = urllib.request.Request(url, data=data, method=method, headers=sent)  # noqa: S310
     opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+        urllib.request.ProxyHandler({}), _Bound(), _BoundTLS(context=context)
     )
     try:
         with opener.open(request, timeout=max(0.1, timeout)) as answer:
@@ -91,6 +95,26 @@ def _exchange(
         return int(exc.code), text
     except (urllib.error.URLError, ValueError) as exc:
         raise OSError(str(getattr(exc, "reason", exc))) from exc
+
+
+def _source() -> tuple[str, int] | None:
+    address = os.environ.get("VASTSIM_SOURCE_IP", "").strip()
+    return (address, 0) if address else None
+
+
+class _Bound(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(http.client.HTTPConnection, req, source_address=_source())
+
+
+class _BoundTLS(urllib.request.HTTPSHandler):
+    def __init__(self, context: ssl.SSLContext | None) -> None:
+        super().__init__(context=context)
+        self._tls = context
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        conn = http.client.HTTPSConnection
+        return self.do_open(conn, req, context=self._tls, source_address=_source())
 
 
 def _pinned() -> ssl.SSLContext:

@@ -18,15 +18,23 @@ instance-scoped key that may destroy this instance and nothing else), `PUBLIC_IP
 
 The enrollment answer repeats every threshold a worker uses, and the answer wins: the head can
 change them without a new container.
+
+One more, set by the simulator only: `VASTSIM_SOURCE_IP`, the container's own address. On vast
+the host's NAT gives the container's connections their public address; on one machine vastsim
+gives each instance its own loopback address instead and asks the container to bind to it. When
+it is set, every connection the agent opens (the head, vast's API) is bound to it and Ray
+advertises it as the node's address; when not (on vast), the kernel picks, as usual.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 DEFAULT_VAST_URL = "https://console.vast.ai"
+SOURCE_IP_ENV = "VASTSIM_SOURCE_IP"
 PORT_PREFIX = "VAST_TCP_PORT_"
 REQUIRED = (
     "CONTAINER_ID",
@@ -55,6 +63,7 @@ class Settings:
     node_type: str = ""
     record_id: str = ""
     public_ip: str | None = None
+    source_ip: str | None = None
     agent_sha256: str = ""
     ports: Mapping[int, int] = field(default_factory=dict)
     heartbeat_interval: float = 30.0
@@ -93,6 +102,7 @@ class Settings:
             node_type=env.get("RV_NODE_TYPE", ""),
             record_id=env.get("RV_RECORD_ID", ""),
             public_ip=env.get("PUBLIC_IPADDR") or None,
+            source_ip=source_ip(env),
             agent_sha256=env.get("RV_AGENT_SHA256", ""),
             ports=mapped_ports(env),
             heartbeat_interval=_seconds(env, "RV_HEARTBEAT_INTERVAL_SECONDS", 30.0),
@@ -108,6 +118,17 @@ class Settings:
 def vast_url(env: Mapping[str, str]) -> str:
     """Where the self-destroy goes: the head's choice, else vast's own variable, else vast."""
     return (env.get("RV_VAST_URL") or env.get("VAST_URL") or DEFAULT_VAST_URL).rstrip("/")
+
+
+def source_ip(env: Mapping[str, str]) -> str | None:
+    """The address to bind outgoing connections to, when told one (`VASTSIM_SOURCE_IP`)."""
+    text = env.get(SOURCE_IP_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError as exc:
+        raise ConfigError(f"{SOURCE_IP_ENV} is not an IP address: {text!r}") from exc
 
 
 def mapped_ports(env: Mapping[str, str]) -> dict[int, int]:

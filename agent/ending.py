@@ -54,6 +54,7 @@ def destroy_once(settings: Settings, *, timeout: float) -> tuple[bool, str]:
             body={},
             headers=destroy_headers(settings),
             timeout=timeout,
+            source=settings.source_ip,
         )
     except transport.TransportError as exc:
         return False, f"no answer: {exc}"

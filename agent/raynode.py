@@ -6,6 +6,11 @@ machine). Its environment is the container's, minus the secrets Ray's user code 
 reading (the join token, the instance key), plus Ray's token auth (`RAY_AUTH_MODE=token` and the
 token in a 0600 file named by `RAY_AUTH_TOKEN_PATH`) and the answer's variables
 (`RAY_CLOUD_INSTANCE_ID`, how autoscaler v2 matches the node to its instance).
+
+The node's address (`--node-ip-address`, what the node advertises and the head's Ray connects back
+to) is the answer's `node_ip_address`, which is the public address the agent enrolled with
+(`PUBLIC_IPADDR`); a container told its own source address (`VASTSIM_SOURCE_IP`, the simulator's
+per-instance loopback address) advertises that one, which is the same address there.
 """
 
 from __future__ import annotations
@@ -38,15 +43,18 @@ def ray_plan(
     gpus: int,
     token_path: str,
     base_env: Mapping[str, str],
+    node_ip: str | None = None,
 ) -> RayPlan:
-    """The `ray start` of one worker (pure): everything from the enrollment answer's `ray`."""
+    """The `ray start` of one worker (pure): everything from the enrollment answer's `ray`, but
+    the node's address is `node_ip` when the container was told its own (see the docstring)."""
     labels = ",".join(f"{k}={v}" for k, v in sorted(ray["labels"].items()))
+    address = node_ip or ray["node_ip_address"]
     argv = [
         *command,
         "start",
         "--block",
         f"--address={ray['head_address']}",
-        f"--node-ip-address={ray['node_ip_address']}",
+        f"--node-ip-address={address}",
         f"--node-manager-port={ray['node_manager_port']}",
         f"--object-manager-port={ray['object_manager_port']}",
         "--worker-port-list=" + ",".join(str(p) for p in ray["worker_ports"]),

@@ -6,7 +6,8 @@ first, destroy until vast confirms, never exit) is the machine's, so the virtual
 machine to the real world, and adds nothing of its own:
 
     the clock     `time.monotonic()` is the machine's `now`; `time.time()` only stamps messages
-    the head      enrollment, heartbeats and the report over pinned TLS (`agent.transport`)
+    the head      enrollment, heartbeats and the report over pinned TLS (`agent.transport`),
+                  from the container's own address when told one (`Settings.source_ip`)
     vast          the self-destroy with the instance's own key (`agent.ending`)
     Ray           `ray start --block` in its own process group (`agent.raynode`), polled
     signals       TERM, INT and HUP become `Signalled`; QUIT, USR1 and USR2 are ignored
@@ -242,6 +243,7 @@ class Watchdog:
             gpus=command.gpus,
             token_path=raynode.write_token(str(ray["auth_token"])),
             base_env=self.env,
+            node_ip=self.settings.source_ip,
         )
         self.log("starting Ray: " + " ".join(plan.argv))
         try:
@@ -327,7 +329,12 @@ class Watchdog:
                 if self._interruptible and self._signals:
                     raise Interrupted(self._signals[0])
                 return transport.request(
-                    url, method="POST", body=body, context=context, timeout=timeout
+                    url,
+                    method="POST",
+                    body=body,
+                    context=context,
+                    timeout=timeout,
+                    source=self.settings.source_ip,
                 )
             finally:
                 self._interruptible = False

@@ -8,7 +8,9 @@ one, and carries out its commands against the real counterparts, in-process:
     SendEnroll / SendHeartbeat / SendReport   the cluster's `HeadApp` (bytes in, `Answer` out):
                                               the real schemas, decisions, records lock, ledger;
                                               the heartbeat presents the DER of the certificate
-                                              the enrollment answer issued
+                                              the enrollment answer issued; each call names the
+                                              container's address (its boot's `PUBLIC_IPADDR`)
+                                              as the peer the head sees
     StartRay / StopRay                        a simulated Ray node (`agent.raynode.ray_plan` still
                                               reads the answer's Ray section)
     DestroySelf                               vast's API, `DELETE /api/v0/instances/<own id>/`
@@ -443,6 +445,7 @@ class AgentBehaviour(Behaviour):
             gpus=command.gpus,
             token_path="/tmp/rv-ray/auth_token",  # a name only: no file in a simulated container
             base_env=self.spec.env,
+            node_ip=settings.source_ip,
         )
         if self.fault.image is Image.NO_RAY:
             problem = f"[Errno 2] No such file or directory: {plan.argv[0]!r}"
@@ -522,14 +525,15 @@ class AgentBehaviour(Behaviour):
         if route is None:
             return f"{url}: {REFUSED}"
         data = json.dumps(body).encode()
+        peer = self.spec.public_ip  # where the head sees the container's traffic come from
         if route.endpoint == "heartbeat":
             if fault.heartbeats_blocked is not None and fault.heartbeats_blocked.covers(now):
                 return f"{url}: {REFUSED}"
-            answer = route.app.heartbeat(self._cert_der, data)
+            answer = route.app.heartbeat(self._cert_der, data, peer=peer)
         elif route.endpoint == "enroll":
-            answer = route.app.enroll(data)
+            answer = route.app.enroll(data, peer=peer)
         else:
-            answer = route.app.report(data)
+            answer = route.app.report(data, peer=peer)
         return answer.status, _doc(answer)
 
     # --- vast, in-process --------------------------------------------------------------------

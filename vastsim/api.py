@@ -119,7 +119,9 @@ class Api:
         return response
 
     def _log(self, req: Request, key: str, status: int, identity: Identity, now: float) -> None:
-        record = RequestRecord(now, req.method, key, req.path, status, identity.kind, req.body)
+        record = RequestRecord(
+            now, req.method, key, req.path, status, identity.kind, req.body, req.client
+        )
         self.sim.requests.append(record)
 
     # -- auth ---------------------------------------------------------------------------------

@@ -37,6 +37,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=1, help="seed for --generate")
     run.add_argument("--runner", choices=("scripted", "process"), default="scripted")
     run.add_argument("--workdir", default=None, help="process runner directory (default: temp)")
+    run.add_argument(
+        "--loopback-ips",
+        action="store_true",
+        help="scripted runner: each instance its own 127.a.b.c (the process runner always does)",
+    )
     run.add_argument("--timing", choices=("vast", "fast", "instant"), default="vast")
     run.add_argument("--auth-status", type=int, choices=(401, 404), default=401)
     run.add_argument("--rate-limits", action="store_true", help="vast's per-endpoint intervals")
@@ -66,7 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     with tempfile.TemporaryDirectory(prefix="vastsim-") as scratch:
         runner: Runner = (
-            ProcessRunner(args.workdir or scratch) if args.runner == "process" else ScriptedRunner()
+            ProcessRunner(args.workdir or scratch)
+            if args.runner == "process"
+            else ScriptedRunner(loopback_ips=args.loopback_ips)
         )
         sim = Sim(
             market=build_market(args),

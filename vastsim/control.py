@@ -88,6 +88,7 @@ class Control:
                     "path": r.path,
                     "status": r.status,
                     "identity": r.identity,
+                    "client": r.client,
                     "body": base64.b64encode(r.body).decode(),
                 }
                 for r in self.sim.requests

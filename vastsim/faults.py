@@ -268,7 +268,9 @@ class Faults:
         at: float | None = None,
         new_ip: str | None = None,
     ) -> None:
-        """The host's public IP changes (containers see the new one at their next boot)."""
+        """The host's public IP changes (containers see the new one at their next boot). With
+        per-instance loopback addresses every instance on the host gets another one of its own
+        and `new_ip` moves only the host's address in offers."""
         fleet = self._sim.fleet
         if machine_id is not None:
             machine = self._sim.market.machine(machine_id)

@@ -50,6 +50,7 @@ class Instance:
     status_msg: str | None = None
     ports: dict[str, int] = field(default_factory=dict)
     boots: int = 0
+    ip_changes: int = 0
     running_since: float | None = None
     first_running_at: float | None = None
     epoch: int = 0

@@ -96,10 +96,28 @@ class BidTooLow(Exception):
         self.instance = instance
 
 
+SOURCE_IP_ENV = "VASTSIM_SOURCE_IP"
+"""The container's own loopback address, for its processes to bind to (simulator only)."""
+
+LOOPBACK_OCTET = 254  # each of a, b, c in 127.a.b.c runs 1..254
+LOOPBACK_ADDRESSES = LOOPBACK_OCTET**3
+LOOPBACK_STRIDE = 7_654_321  # how far an IP change moves (coprime with LOOPBACK_ADDRESSES)
+
+
 def next_ip(ip: str) -> str:
     """The next address in the same /24 (wrapping, never .0 or .255)."""
     head, _, last = ip.rpartition(".")
     return f"{head}.{int(last) % 254 + 1}"
+
+
+def loopback_ip(index: int) -> str:
+    """The `index`-th per-instance loopback address, 127.a.b.c with a, b and c in 1..254: never
+    127.0.0.1 (nor anything in 127.0.0.0/24, nor a .0 or .255), one address per index modulo
+    254**3. An instance's first address is `loopback_ip(instance id)`."""
+    n = index % LOOPBACK_ADDRESSES
+    a, rest = divmod(n, LOOPBACK_OCTET * LOOPBACK_OCTET)
+    b, c = divmod(rest, LOOPBACK_OCTET)
+    return f"127.{a + 1}.{b + 1}.{c + 1}"
 
 
 class Fleet:
@@ -130,6 +148,7 @@ class Fleet:
         self._actions: list[ContainerAction] = []
         self._waiting: list[int] = []
         self._up: set[int] = set()
+        self._loopback_owner: dict[str, int] = {}  # loopback address -> live instance holding it
         for machine in market:
             self._schedule_host_traits(machine)
 
@@ -205,7 +224,9 @@ class Fleet:
             created_at=now,
             compute_dph=compute,
             storage_dph=machine.storage_dph(request.disk),
-            public_ip=self.runner.host_ip or machine.ip,
+            public_ip=(
+                self._claim_loopback(instance_id, 0) if self.runner.loopback_ips else machine.ip
+            ),
             template_hash_id=request.template_hash_id,
             jupyter_token=secrets.token_hex(32),
             hidden_listings=self.hide_new_listings,
@@ -262,6 +283,7 @@ class Fleet:
         self.meter.close(inst.id, now)
         self.instances.pop(inst.id, None)
         self.gone[inst.id] = inst
+        self._release_loopback(inst)
         inst.machine.disk_used.pop(inst.id, None)
         self._release_gpus(inst, now)
 
@@ -338,12 +360,19 @@ class Fleet:
                 self.go_offline(inst, now)
 
     def change_ip(self, machine: Machine, now: float, new_ip: str | None = None) -> None:
-        """The host's public IP changes; containers see it at their next boot."""
+        """The host's public IP changes (to `new_ip` when given); containers see it at their next
+        boot. With per-instance loopback addresses each instance on the machine gets a new one of
+        its own instead (`new_ip` then moves the machine's address in offers only), so no two
+        live instances ever share an address."""
         machine.ip = new_ip or next_ip(machine.ip)
         for inst in self.on_machine(machine):
-            inst.public_ip = new_ip or (
-                next_ip(inst.public_ip) if self.runner.host_ip else machine.ip
-            )
+            if self.runner.loopback_ips:
+                old = inst.public_ip
+                self._release_loopback(inst)
+                inst.ip_changes += 1
+                inst.public_ip = self._claim_loopback(inst.id, inst.ip_changes, avoid=old)
+            else:
+                inst.public_ip = machine.ip
 
     def outbid(self, inst: Instance, now: float, *, raise_floor: bool = True) -> None:
         """A higher bid takes the GPUs: stopped, with intended/cur/next all `stopped`."""
@@ -356,6 +385,23 @@ class Fleet:
 
     def on_machine(self, machine: Machine) -> list[Instance]:
         return [i for i in self.instances.values() if i.machine is machine]
+
+    # -- per-instance loopback addresses ------------------------------------------------------
+
+    def _claim_loopback(self, instance_id: int, changes: int, avoid: str = "") -> str:
+        """The instance's address after `changes` IP changes: derived from its id, moved on past
+        any address another live instance holds (and past `avoid`, the one it had)."""
+        index = instance_id + changes * LOOPBACK_STRIDE
+        while True:
+            address = loopback_ip(index)
+            if address != avoid and address not in self._loopback_owner:
+                self._loopback_owner[address] = instance_id
+                return address
+            index += 1
+
+    def _release_loopback(self, inst: Instance) -> None:
+        if self._loopback_owner.get(inst.public_ip) == inst.id:
+            del self._loopback_owner[inst.public_ip]
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -424,6 +470,8 @@ class Fleet:
             env[f"VAST_{proto.upper() or 'TCP'}_PORT_{number}"] = str(port)
         if self.base_url:
             env["VAST_URL"] = self.base_url
+        if self.runner.loopback_ips:
+            env[SOURCE_IP_ENV] = inst.public_ip
         return ContainerSpec(
             instance_id=inst.id,
             boot=inst.boots,

@@ -12,8 +12,12 @@ What runs as PID 1:
 
 There is no NAT on one machine: each published container port p gets a free local port P, the
 container sees `VAST_TCP_PORT_<p>=P` (as on vast) and must listen on P itself, which is what vast's
-identity mappings (ports above 70000) ask of containers too. `PUBLIC_IPADDR` is 127.0.0.1 (a later
-IP change moves it to 127.0.0.2, ... which also route to loopback on Linux).
+identity mappings (ports above 70000) ask of containers too. Each instance has its own loopback
+address 127.a.b.c (never 127.0.0.1, never shared by two live instances; an IP change gives it
+another): it is `PUBLIC_IPADDR`, and `VASTSIM_SOURCE_IP` tells the container's processes to bind
+their outgoing connections to it (on vast the host's NAT does that), so a server on 127.0.0.1 sees
+which instance is calling. Linux routes the whole 127.0.0.0/8 to `lo`, so binding any of them
+needs no configuration, in a loopback-only network namespace too.
 
 Every process of a container carries `VASTSIM_CONTAINER=<runner>.<instance>.<boot>` in its
 environment, so a process that left the group (`setsid`) is still found and killed with its
@@ -57,7 +61,7 @@ class _Group:
 class ProcessRunner:
     """Containers as local process groups (real time only)."""
 
-    host_ip: str | None = "127.0.0.1"
+    loopback_ips = True
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ class RequestRecord:
     status: int  # 0: the connection was dropped without a response
     identity: str  # "account", "instance", "none" or "bad"
     body: bytes = b""
+    client: str = ""  # the caller's address (a container's own loopback address, with those)
 
     @property
     def template(self) -> str:

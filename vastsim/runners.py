@@ -12,7 +12,12 @@ that means. The protocol is small so tests and benchmarks can plug in their own 
   (the life cycle then starts the container again, as vast does).
 - `next_wakeup()`: the earliest time a container wants to be stepped (virtual time jumps there).
 - `allocate_ports(instance_id, wanted)`: host ports for the container ports `"8080/tcp"`, ...
-- `host_ip`: when set, the public IP that instances report (the process runner: `127.0.0.1`).
+- `loopback_ips`: when true, every instance gets its own loopback address (`127.a.b.c`, see
+  `vastsim.lifecycle.loopback_ip`) as its public IP, and its container is told to use it as the
+  source of its connections (`VASTSIM_SOURCE_IP`); when false, instances report their machine's
+  public IP from the market. The process runner always uses loopback addresses; the scripted
+  runner and `NoContainers` do when asked (`ScriptedRunner(loopback_ips=True)`), so in-process
+  tests can name a per-instance address too.
 
 Callbacks run without the simulator's lock, in the thread that made the change (an API request,
 `Sim.step` or `Sim.advance`); `start`/`stop`/`destroy`/`signal` must not make blocking calls back
@@ -57,7 +62,7 @@ class ContainerSpec:
 class Runner(Protocol):
     """See the module docstring."""
 
-    host_ip: str | None
+    loopback_ips: bool
 
     def allocate_ports(self, instance_id: int, wanted: list[str]) -> dict[str, int]: ...
 
@@ -146,12 +151,17 @@ BehaviourFactory = Callable[[ContainerSpec], Behaviour]
 class ScriptedRunner(FakePorts):
     """Containers as Python objects: no processes, virtual-time friendly."""
 
-    host_ip: str | None = None
-
-    def __init__(self, factory: BehaviourFactory | None = None, *, stop_grace: float = 0.0) -> None:
+    def __init__(
+        self,
+        factory: BehaviourFactory | None = None,
+        *,
+        stop_grace: float = 0.0,
+        loopback_ips: bool = False,
+    ) -> None:
         super().__init__()
         self._factory: BehaviourFactory = factory or (lambda spec: Behaviour())
         self.stop_grace = stop_grace
+        self.loopback_ips = loopback_ips
         self._live: dict[int, tuple[Container, Behaviour]] = {}
         # stopped containers inside docker stop's grace: (container, behaviour, killed at)
         self._dying: dict[int, tuple[Container, Behaviour, float]] = {}
@@ -257,7 +267,9 @@ class ScriptedRunner(FakePorts):
 class NoContainers(FakePorts):
     """No containers at all: the life cycle alone (the default when no runner is given)."""
 
-    host_ip: str | None = None
+    def __init__(self, *, loopback_ips: bool = False) -> None:
+        super().__init__()
+        self.loopback_ips = loopback_ips
 
     def start(self, spec: ContainerSpec, now: float) -> None:
         """Nothing runs."""

@@ -22,6 +22,7 @@ def self_destroyed(world, vast_id: int) -> float:
         f"the self-destroy; container log:\n{world.sim.runner.logs(vast_id)}",
     )
     assert deletes[0].identity == "instance"
+    assert deletes[0].client == world.sim.instance(vast_id).public_ip  # from its own address
     wait_for(lambda: world.sim.runner.pids(vast_id) == [], 10, "no process left")
     return float(world.sim.instance(vast_id).destroyed_at)
 

@@ -91,6 +91,8 @@ def ended(world: HeadWorld, rented: Rented, reason: str, timeout: float = 20.0) 
         "the DELETE in vastsim's request log",
     )
     assert deletes[0].identity == "instance"  # its own key, not the account's
+    inst = world.sim.instance(rented.vast_id)
+    assert inst is not None and deletes[0].client == inst.public_ip  # from its own address
     wait_for(lambda: world.sim.runner.pids(rented.vast_id) == [], 10, "no process left")  # type: ignore[attr-defined]
     assert world.ledger("bad_agent_message") == []
     assert KEY not in container_log(world, rented)  # the account key never reached the worker
@@ -159,7 +161,8 @@ def test_ray_exits(agent_world: WorldFactory):
     assert argv[:2] == ["start", "--block"]
     flags = dict(a.split("=", 1) for a in argv[2:] if "=" in a)
     assert flags["--address"] == "127.0.0.1:6390"
-    assert flags["--node-ip-address"] == "127.0.0.1"
+    # the node advertises the instance's own loopback address (PUBLIC_IPADDR, VASTSIM_SOURCE_IP)
+    assert flags["--node-ip-address"] == container.public_ip != "127.0.0.1"
     assert flags["--node-manager-port"] == str(ports["70000/tcp"])
     assert flags["--object-manager-port"] == str(ports["70001/tcp"])
     worker_ports = [int(p) for p in flags["--worker-port-list"].split(",")]

@@ -20,7 +20,7 @@ from vastsim.server import Server
 from .conftest import IMAGE, KEY, offer_on, show, small_market, wait_for
 
 SCRIPT = r"""
-import json, os, signal, subprocess, sys, time, urllib.request
+import http.client, json, os, signal, subprocess, sys, time, urllib.parse
 boot = os.environ["VASTSIM_BOOT"]
 child = subprocess.Popen(["sleep", "1000"])
 stray = subprocess.Popen(["sleep", "1001"], start_new_session=True)  # leaves the group
@@ -35,12 +35,17 @@ def on_other(sig, frame):
 signal.signal(signal.SIGTERM, on_term)
 for other in (signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
     signal.signal(other, on_other)
-url = os.environ["VAST_URL"] + "/api/v0/instances/" + os.environ["CONTAINER_ID"] + "/"
-request = urllib.request.Request(
-    url, headers={"Authorization": "Bearer " + os.environ["CONTAINER_API_KEY"]}
+# call the API back with the instance's key, from the container's own address
+vast = urllib.parse.urlsplit(os.environ["VAST_URL"])
+source = (os.environ["VASTSIM_SOURCE_IP"], 0)
+conn = http.client.HTTPConnection(vast.hostname, vast.port, timeout=10, source_address=source)
+conn.request(
+    "GET",
+    "/api/v0/instances/" + os.environ["CONTAINER_ID"] + "/",
+    headers={"Authorization": "Bearer " + os.environ["CONTAINER_API_KEY"]},
 )
-with urllib.request.urlopen(request, timeout=10) as answer:
-    shown = json.load(answer)["instances"]["id"]
+shown = json.load(conn.getresponse())["instances"]["id"]
+conn.close()
 info = {
     "pid": os.getpid(),
     "child": child.pid,
@@ -108,7 +113,13 @@ def test_process_container_env_signals_restarts_and_destroy(
     assert row["actual_status"] == "running"
     assert env["CONTAINER_ID"] == str(instance_id)
     assert env["CONTAINER_API_KEY"] == answer["instance_api_key"]
-    assert env["PUBLIC_IPADDR"] == "127.0.0.1" == row["public_ipaddr"]
+    # its own loopback address: the listing's, PUBLIC_IPADDR, and the source of its connections
+    address = sim.instances[instance_id].public_ip
+    assert address.startswith("127.") and not address.startswith("127.0.0.")
+    assert env["PUBLIC_IPADDR"] == address == row["public_ipaddr"]
+    assert env["VASTSIM_SOURCE_IP"] == address
+    [callback] = [r for r in sim.requests if r.identity == "instance" and r.method == "GET"]
+    assert callback.client == address
     assert env["VAST_TCP_PORT_8080"] == row["ports"]["8080/tcp"][0]["HostPort"]
     assert env["VAST_URL"] == server.url
     assert env["MY_VAR"] == "hello"

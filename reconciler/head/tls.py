@@ -7,7 +7,10 @@
 - client contexts, for anything on the head side that talks to those ports (tests, probes); the
   agent builds its own with the standard library from the PEMs it is given.
 
-TLS 1.2 is the floor; Python's defaults choose the ciphers.
+Both server contexts come from one factory (`_server_context`): TLS 1.2 is the floor, no
+compression (CRIME), no renegotiation (a peer cannot make the head redo the expensive half of a
+handshake on one connection), no session tickets (every answer closes its connection and the agent
+never resumes a session, so a ticket is work for nothing). Python's defaults choose the ciphers.
 """
 
 from __future__ import annotations
@@ -21,20 +24,31 @@ from pathlib import Path
 
 from reconciler.head.pki import ClusterPki, Issued
 
+# What every server context turns off, on top of Python's defaults.
+SERVER_OPTIONS = ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION | ssl.OP_NO_TICKET
+
 
 def enrollment_server_context(pki: ClusterPki) -> ssl.SSLContext:
     """Enrollment, reports and the agent download: the head proves who it is; the peer need not."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(pki.server_cert_path, pki.server_key_path)
-    return context
+    return _server_context(pki, client_ca=None)
 
 
 def heartbeat_server_context(pki: ClusterPki) -> ssl.SSLContext:
     """Heartbeats: both sides prove who they are; only the cluster CA's certificates get in."""
-    context = enrollment_server_context(pki)
-    context.verify_mode = ssl.CERT_REQUIRED
-    context.load_verify_locations(cadata=pki.ca_pem)
+    return _server_context(pki, client_ca=pki.ca_pem)
+
+
+def _server_context(pki: ClusterPki, *, client_ca: str | None) -> ssl.SSLContext:
+    """The one server context: the head's certificate, TLS 1.2 or later, `SERVER_OPTIONS`, no
+    tickets; with `client_ca`, a client certificate signed by it is required."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= SERVER_OPTIONS
+    context.num_tickets = 0  # TLS 1.3 tickets (OP_NO_TICKET covers TLS 1.2)
+    context.load_cert_chain(pki.server_cert_path, pki.server_key_path)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=client_ca)
     return context
 
 

@@ -194,6 +194,14 @@ class HeadApp:
         if isinstance(parsed, Answer):
             return parsed
         message = messages.Report.of(parsed)
+        decision = self._decide(
+            lambda records, now: reports.report(
+                records, message, cluster=self.cluster, lineage=self.lineage, now=now
+            ),
+            peer,
+        )
+        if decision.refusal is not None:
+            return refusal_answer(decision.refusal)  # unproven: tallied, no log line each
         log.warning(
             "cluster %s: instance %d (%s) reports %s before destroying itself: %s",
             self.cluster,
@@ -202,14 +210,6 @@ class HeadApp:
             message.reason,
             message.detail,
         )
-        decision = self._decide(
-            lambda records, now: reports.report(
-                records, message, cluster=self.cluster, lineage=self.lineage, now=now
-            ),
-            peer,
-        )
-        if decision.refusal is not None:
-            return refusal_answer(decision.refusal)
         return json_answer(200, {"ok": True})
 
     # --- GET /agent ------------------------------------------------------------------------

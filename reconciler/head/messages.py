@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 
 PROTOCOL = 1
 ENROLL_REQUEST = "agent-enroll-request.v1.json"
@@ -37,18 +38,73 @@ def schema(name: str) -> dict[str, Any]:
     return loaded
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+INT_LIMIT = 2**63
+
+
+def _clean(value: Any) -> Any:
+    """A parsed document made safe to hash, ledger and convert (see `parse`)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8") if _surrogates(value) else value
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        if not -INT_LIMIT < value < INT_LIMIT:
+            raise ValueError("a number past 64 bits")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("a number that is not finite")
+        return value
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    return value
+
+
+def _surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _is_integer(checker: Any, instance: object) -> bool:
+    """An integer is an int (not a bool, not an integral float like 1234.0)."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_STRICT = Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
+_Validator = validators.extend(Draft202012Validator, type_checker=_STRICT)  # type: ignore[no-untyped-call]
+
+
 @functools.cache
 def validator(name: str) -> Draft202012Validator:
-    return Draft202012Validator(schema(name))
+    return _Validator(schema(name))  # type: ignore[no-any-return]
 
 
 def parse(name: str, body: bytes) -> dict[str, Any]:
-    """The JSON object in `body`, checked against schema `name`; `BadMessage` says what is wrong."""
+    """The JSON object in `body`, checked against schema `name`; `BadMessage` says what is wrong.
+
+    Anything a stranger can send must end here as `BadMessage`, never as another exception (a
+    500): JSON nested past the recursion limit, integers longer than Python converts, `NaN` and
+    the infinities (not JSON at all, though Python's parser takes them), numbers past 64 bits,
+    and integral floats where the schema says integer (`1234.0` is one to JSON Schema, not to the
+    records). Lone surrogates in strings are replaced (U+FFFD), not refused: a worker's report
+    may quote output that had them, and it is the only record of why the worker ended."""
     try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadMessage(f"not JSON: {exc}") from exc
-    errors = sorted(validator(name).iter_errors(doc), key=lambda e: list(e.absolute_path))
+        doc = _clean(json.loads(body, parse_constant=_no_constant))
+    except (UnicodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise BadMessage(f"not JSON: {str(exc)[:200]}") from exc
+    try:
+        errors = sorted(validator(name).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    except RecursionError as exc:
+        raise BadMessage("nested too deeply") from exc
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(top)"

@@ -118,6 +118,13 @@ class HeadApp:
             return parsed
         request = messages.EnrollRequest.of(parsed)
         if not request.public_ip:
+            note = Note(
+                LedgerKind.DETECTION,
+                "bad_agent_message",
+                f"enroll: instance {request.instance_id} names no public IP; refused",
+                data={"refused": "bad_request", "unproven": True},
+            )
+            self._unproven([note], peer)
             return refusal_answer(Refusal(400, "bad_request", "the container has no public IP"))
         serial = pki.new_serial()
         decision = self._decide(
@@ -214,7 +221,10 @@ class HeadApp:
 
     # --- GET /agent ------------------------------------------------------------------------
 
-    def agent_download(self) -> Answer:
+    def agent_download(self, peer: str | None = None) -> Answer:
+        limited = self._limited(peer)  # 89 KB an answer: a stranger gets its bucket's worth
+        if limited is not None:
+            return limited
         return Answer(
             200,
             self.agent.data,

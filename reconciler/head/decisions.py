@@ -90,8 +90,10 @@ def ours(record: InstanceRecord | None, *, cluster: str, lineage: str) -> bool:
 
 def comes_from(record: InstanceRecord, peer: str | None) -> bool:
     """Whether a request from `peer` provably comes from this instance: its source address is
-    the instance's public address in vast's latest listing, or the one it enrolled from."""
-    return peer is not None and peer in {record.listed_ip, record.public_ip} - {None}
+    the instance's public address in vast's latest listing, or the address its enrollment came
+    from. (On vast, instances on one host share its address: a neighbour on the same host can
+    pass this; it cannot from anywhere else.)"""
+    return peer is not None and peer in {record.listed_ip, record.enrolled_from} - {None}
 
 
 def by_vast_id(records: Records, vast_id: int) -> InstanceRecord | None:

@@ -110,7 +110,7 @@ def enroll(
             "late_candidate",
             f"{settled} ({slot_request.status.value})",
         )
-    return _admit(records, request, token, record, slot_request, now=now, serial=serial)
+    return _admit(records, request, token, record, slot_request, now=now, serial=serial, peer=peer)
 
 
 def _token_problem(
@@ -140,6 +140,7 @@ def _admit(
     *,
     now: float,
     serial: int,
+    peer: str | None,
 ) -> dec.Decision[Admission]:
     slot = slot_request.open_slots[0]
     worker = replace(
@@ -152,6 +153,7 @@ def _admit(
         public_ip=request.public_ip,
         slot_id=slot.id,
         cert_serial=serial,
+        enrolled_from=peer,
     )
     slots = tuple(
         replace(s, worker=record.id) if s.id == slot.id else s for s in slot_request.slots
@@ -284,10 +286,15 @@ def _token_check_failed(
         and presenter.intent is not Intent.DESTROYED
     )
     if presenter is None or not ours:
+        what = (
+            "not an instance of ours"
+            if presenter is None or not dec.ours(presenter, cluster=cluster, lineage=lineage)
+            else "an instance of ours that has ended"
+        )
         note = dec.Note(
             LedgerKind.DETECTION,
             "token_check_failed",
-            f"instance {request.instance_id}: {refusal.message}; not an instance of ours, refused",
+            f"instance {request.instance_id}: {refusal.message}; {what}, refused",
             instance=request.instance_id,
             data={"boot_id": request.boot_id, "refused": "token_check_failed", "unproven": True},
         )
@@ -298,7 +305,8 @@ def _token_check_failed(
             "token_check_failed",
             f"instance {request.instance_id}: {refusal.message}; from "
             f"{peer or 'an unknown address'}, not the instance's address "
-            f"({presenter.listed_ip or presenter.public_ip or 'none'}): refused, nothing changed",
+            f"({presenter.listed_ip or presenter.enrolled_from or 'none'}): refused, nothing "
+            "changed",
             instance=request.instance_id,
             data={"boot_id": request.boot_id, "refused": "token_check_failed", "unproven": True},
         )

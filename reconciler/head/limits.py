@@ -19,6 +19,8 @@ PER_SECOND = 2.0
 NOTE_EVERY = 60.0
 # Sources remembered at most; a flood from many addresses forgets the oldest, never grows memory.
 MAX_SOURCES = 10_000
+# Lines a minute per class, all sources together: many addresses (an IPv6 /64) buy no more.
+LINES_PER_CLASS = 30
 
 
 class SourceBuckets:
@@ -56,9 +58,11 @@ class RefusalTally:
     """Refusals of unproven traffic by (source, class): `count` says how many to note now (0:
     nothing this time; the next line, a minute later at the earliest, carries the rest)."""
 
-    def __init__(self, *, every: float = NOTE_EVERY) -> None:
+    def __init__(self, *, every: float = NOTE_EVERY, per_class: int = LINES_PER_CLASS) -> None:
         self.every = every
+        self.per_class = per_class
         self._counts: dict[tuple[str, str], _Count] = {}
+        self._lines: dict[str, list[float]] = {}  # class -> times of its recent lines
         self._lock = threading.Lock()
 
     def count(self, source: str, cls: str, now: float) -> int:
@@ -73,6 +77,11 @@ class RefusalTally:
             entry.total += 1
             if entry.noted_at is not None and now - entry.noted_at < self.every:
                 return 0
+            recent = [t for t in self._lines.get(cls, []) if now - t < self.every]
+            if len(recent) >= self.per_class:
+                self._lines[cls] = recent
+                return 0  # counted; its source's next line, a minute on, carries it
+            self._lines[cls] = [*recent, now]
             noted, entry.waiting, entry.noted_at = entry.waiting, 0, now
             return noted
 

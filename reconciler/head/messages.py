@@ -48,7 +48,9 @@ INT_LIMIT = 2**63
 def _clean(value: Any) -> Any:
     """A parsed document made safe to hash, ledger and convert (see `parse`)."""
     if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8") if _surrogates(value) else value
+        if _surrogates(value):  # each lone surrogate becomes U+FFFD
+            return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return value
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):

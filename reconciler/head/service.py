@@ -430,7 +430,7 @@ class _Handler(BaseHTTPRequestHandler):
         if name == "report":
             return app.report(body, peer=self.client_address[0])
         if name == "agent":
-            return app.agent_download()
+            return app.agent_download(peer=self.client_address[0])
         cert = self.connection.getpeercert(binary_form=True)
         return app.heartbeat(cert, body, peer=self.client_address[0])
 

@@ -109,6 +109,9 @@ class InstanceRecord:
     # The public address vast's latest listing gives it: traffic from there provably comes from
     # this instance (DESIGN.md 10, "Who may cause a destroy from the network").
     listed_ip: str | None = None
+    # The source address its enrollment came from (what it says of itself, `public_ip`, proves
+    # nothing; where its packets came from does).
+    enrolled_from: str | None = None
     # The serial of the client certificate its enrollment answer carried (revoked when a lost
     # answer is replaced, and when the worker ends, is refused or is lost).
     cert_serial: int | None = None

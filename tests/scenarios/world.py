@@ -27,20 +27,10 @@ M = 60.0
 IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 
 
-def cluster(
-    name: str,
-    *,
-    min_workers: int = 1,
-    max_workers: int = 4,
-    factor: int = 2,
-    cap: float = 5.0,
-    image: str = IMAGE,
-    node: str = "gpu",
-    watchdogs: Mapping[str, int] | None = None,
-    node_extra: Mapping[str, Any] | None = None,
-) -> ClusterSpec:
-    """One cluster spec, through the real loader (so the schema's defaults apply)."""
-    return load_texts([(f"{name}.yaml", cluster_text(**locals()))]).clusters[0]
+def cluster(name: str, **options: Any) -> ClusterSpec:
+    """One cluster spec (`cluster_text`'s options), through the real loader (so the schema's
+    defaults apply)."""
+    return load_texts([(f"{name}.yaml", cluster_text(name, **options))]).clusters[0]
 
 
 def cluster_text(

@@ -9,6 +9,7 @@ the loop that sleeps between ticks is `run`.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,8 @@ from reconciler.planning.react import react
 from reconciler.state.ledger import LedgerKind
 from reconciler.watch.schedule import Schedule
 
+log = logging.getLogger("ray_vast")
+
 
 class Signals(Protocol):
     """What the controller learns from Ray and the agents, read once per tick. Anything that
@@ -45,8 +48,9 @@ class Signals(Protocol):
     def probes(self, records: Records) -> Mapping[str, bool]: ...
 
     def work(self, records: Records) -> Mapping[str, bool] | None:
-        """Per record: whether Ray reports work on its node (leased resources, actors,
-        placement-group bundles); None when Ray could not be read."""
+        """Per record of the clusters this reader serves: whether Ray reports work on its node
+        (leased resources, actors, placement-group bundles; False when Ray has no live node of
+        it); None when Ray could not be read. Records it does not name keep their pin."""
         ...
 
     def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
@@ -97,6 +101,21 @@ PRUNE_SECONDS = 60.0
 # A listing the deadlines ask for comes no sooner than this after one that failed.
 LISTING_RETRY_SECONDS = 10.0
 
+# A cluster whose part of a tick raised is retried after this, doubling to the cap (temporary
+# errors, as kopf backs off a handler that failed).
+FAILURE_BACKOFF_SECONDS = 5.0
+FAILURE_BACKOFF_MAX_SECONDS = 300.0
+
+
+@dataclass
+class Failing:
+    """A cluster whose part of a tick raised: how many times in a row, and when to retry."""
+
+    attempts: int
+    retry_at: float
+    error: str
+
+
 MachineNet = Callable[..., NetResult]
 MACHINE_NETS: Mapping[str, MachineNet] = {
     "boot_failure": never_reported.run,
@@ -133,6 +152,10 @@ class Controller:
     prune: bool = True
     # Policy destroys of most of a cluster go ahead unattended (`watch --allow-mass-destroy`).
     allow_mass_destroy: bool = False
+    # Clusters whose part of a tick raised, by name: they sit out their ticks until `retry_at`;
+    # and the shared steps (signal reads, prunes) that are failing now (ledgered once each).
+    failing: dict[str, Failing] = field(default_factory=dict)
+    _shared_failing: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.set_specs(self.specs)
@@ -362,10 +385,11 @@ class Controller:
             return
 
         def pin(records: Records, _now: float) -> Records:
+            # only the records Ray spoke for (a reader serves its own cluster's head)
             changed = {
-                r.id: replace(r, pinned=bool(work.get(r.id)))
+                r.id: replace(r, pinned=work[r.id])
                 for r in records.instances.values()
-                if r.live and r.pinned != bool(work.get(r.id))
+                if r.live and r.id in work and r.pinned != work[r.id]
             }
             if not changed:
                 return records

@@ -105,7 +105,8 @@ class RaySignals:
         except Exception as exc:
             log.warning("Ray work not read: %s", exc)
             return None
-        out: dict[str, bool] = {}
+        # every live record of this reader's cluster: no live node of it holds no work
+        out = {r.id: False for r in records.live_instances(self.cluster)}
         for node in state.node_states:
             record_id = nodes.get(bytes(node.node_id).hex())
             if record_id is not None:

@@ -304,14 +304,14 @@ def down(
     """Destroy every instance that carries the cluster's label, and wait until vast confirms.
 
     Instances of the cluster made by another state (a lost or copied state file) are listed
-    and destroyed too.
+    and destroyed too. The cluster's Ray head, when ray-vast runs it, is stopped after the
+    confirmation, under the state lock: a declined `down` ends nothing.
     """
     specs = _specs(spec_dir) if spec_dir else []
     deps = up_mod.with_embedded(_deps(state_dir, lock_timeout))
     with _reported():
-        if up_mod.stop_ray_head(deps, cluster):
-            typer.echo(f"Ray head of {cluster} stopped.")
-        code = operations.down(deps, cluster, specs, auto_approve=auto_approve)
+        head = up_mod.ray_head_stop(deps, cluster)
+        code = operations.down(deps, cluster, specs, auto_approve=auto_approve, head=head)
         if code == 0 and up_mod.stop_simulator_if_unused(deps):
             typer.echo("Embedded vastsim stopped.")
     raise typer.Exit(code)

@@ -8,7 +8,7 @@ except through `deps`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -196,9 +196,14 @@ def _guard(plan: Plan, journal: Journal, allow: bool) -> None:
         )
 
 
-def confirm(deps: Deps) -> None:
+def confirm(deps: Deps, command: str = "apply") -> None:
     """Ask for a literal 'yes' on a terminal; refuse (never hang) without one."""
     if not deps.interactive:
+        if command == "down":
+            raise OperationError(
+                "down needs approval: no terminal to ask on. Nothing was stopped or destroyed. "
+                "Re-run with --auto-approve."
+            )
         raise OperationError(
             "apply needs approval: no terminal to ask on. Re-run with --auto-approve, or save "
             "the plan with `ray-vast plan -out FILE` and apply the file."
@@ -208,7 +213,7 @@ def confirm(deps: Deps) -> None:
         "above.\n  Only 'yes' will be accepted to approve.\n\n"
     )
     if deps.ask("  Enter a value: ").strip() != "yes":
-        raise OperationError("Apply cancelled.")
+        raise OperationError(f"{command.capitalize()} cancelled. Nothing was changed.")
 
 
 def _execute(
@@ -258,8 +263,29 @@ def _report(deps: Deps, result: ApplyResult) -> int:
 # --- down ----------------------------------------------------------------------------------
 
 
-def down(deps: Deps, cluster: str, specs: Sequence[ClusterSpec], *, auto_approve: bool) -> int:
-    """Destroy every instance that carries the cluster's label, whoever's state made it."""
+@dataclass(frozen=True)
+class HeadStop:
+    """The cluster's local Ray head, when ray-vast runs one: `down` names it beside the instances
+    and stops it only after the confirmation, under the state lock (DESIGN.md section 10)."""
+
+    description: str  # e.g. "the Ray head of local-sim (pid 4242) and every Ray node on it"
+    stop: Callable[[], bool]
+
+
+def down(
+    deps: Deps,
+    cluster: str,
+    specs: Sequence[ClusterSpec],
+    *,
+    auto_approve: bool,
+    head: HeadStop | None = None,
+) -> int:
+    """Destroy every instance that carries the cluster's label, whoever's state made it.
+
+    The order is the lock, the listing, what will end (instances and the Ray head), the
+    confirmation, and only then the Ray head's stop and the destroys: a declined or refused
+    `down` ends nothing.
+    """
     provider = deps.provider([s for s in specs if s.name == cluster])
     with deps.journal("down") as journal:
         try:
@@ -270,11 +296,18 @@ def down(deps: Deps, cluster: str, specs: Sequence[ClusterSpec], *, auto_approve
             ) from exc
         targets = [i for i in listing if _labelled_for(i, cluster)]
         deps.out.write(status_view.down_listing(cluster, targets, journal.lineage))
-        if not targets:
+        if head is not None:
+            deps.out.write(f"ray-vast down {cluster} will stop {head.description}.\n")
+        if not targets and head is None:
             _close_records(journal, cluster, deps.clock.now())
             return EXIT_OK
         if not auto_approve:
-            confirm(deps)
+            confirm(deps, "down")
+        if head is not None and head.stop():
+            deps.out.write(f"Ray head of {cluster} stopped.\n")
+        if not targets:
+            _close_records(journal, cluster, deps.clock.now())
+            return EXIT_OK
         failed = _destroy_all(deps, journal, provider, cluster, targets)
         pending = {t.id for t in targets} - failed
         with progress.waiting(

@@ -156,9 +156,18 @@ def with_embedded(deps: Deps) -> Deps:
     return replace(deps, env={**deps.env, **sim.env()}) if sim else deps
 
 
-def stop_ray_head(deps: Deps, cluster: str) -> bool:
-    """`down` terminates the head's Ray first (the seed's order), if ray-vast runs it."""
-    return rayhead.stop(deps.state_dir, cluster)
+def ray_head_stop(deps: Deps, cluster: str) -> operations.HeadStop | None:
+    """The cluster's Ray head for `down` to stop after its confirmation, if ray-vast runs it."""
+    head = rayhead.running(deps.state_dir, cluster)
+    if head is None:
+        return None
+    return operations.HeadStop(
+        description=(
+            f"the Ray head of {cluster} at {head.address} (pid {head.pid}), "
+            "and with it every Ray node joined to it"
+        ),
+        stop=lambda: rayhead.stop(deps.state_dir, cluster),
+    )
 
 
 def stop_simulator_if_unused(deps: Deps) -> bool:

@@ -33,6 +33,11 @@ def test_plan_apply_status_down(world: World) -> None:
     assert again.returncode == 0, again.stdout + again.stderr
     assert "No changes." in again.stdout
 
+    declined = world.run("down", "local-sim")  # no terminal, no --auto-approve
+    assert declined.returncode == 1
+    assert "down needs approval" in declined.stderr
+    assert set(world.sim.instances) == {i["vast_id"] for i in cluster["instances"]}
+
     gone = world.run("down", "local-sim", "--auto-approve")
     assert gone.returncode == 0, gone.stderr
     assert world.sim.instances == {}

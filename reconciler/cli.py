@@ -599,8 +599,18 @@ def state_show(
 def state_force_unlock(
     lock_id: Annotated[str, typer.Argument(help="The lock ID printed by the refused command.")],
     state_dir: StateDirOption = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            "-force",
+            help="Accepted for Terraform's spelling; force-unlock never asks (the ID is the "
+            "confirmation).",
+        ),
+    ] = False,
 ) -> None:
     """Remove a lock left by a process that died. Never remove a live one."""
+    del force  # nothing to skip: the exact lock ID is the confirmation
     deps = _deps(state_dir)
     with _reported():
         holder = deps.store().force_unlock(lock_id)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from reconciler.applying.executor import ApplyResult, Executor
 from reconciler.applying.journal import Journal
@@ -35,6 +35,7 @@ from reconciler.state.ledger import LedgerKind
 from reconciler.watch.schedule import Schedule
 
 log = logging.getLogger("ray_vast")
+T = TypeVar("T")
 
 
 class Signals(Protocol):
@@ -116,6 +117,8 @@ class Failing:
     error: str
 
 
+POOL_JOBS = frozenset({"pool_idle_release", "queue_wait", "no_consumer", "stuck_dispatch"})
+
 MachineNet = Callable[..., NetResult]
 MACHINE_NETS: Mapping[str, MachineNet] = {
     "boot_failure": never_reported.run,
@@ -156,6 +159,7 @@ class Controller:
     # and the shared steps (signal reads, prunes) that are failing now (ledgered once each).
     failing: dict[str, Failing] = field(default_factory=dict)
     _shared_failing: set[str] = field(default_factory=set)
+    _failed_now: set[str] = field(default_factory=set)  # the clusters that failed this tick
 
     def __post_init__(self) -> None:
         self.set_specs(self.specs)
@@ -225,60 +229,226 @@ class Controller:
     # --- one tick ------------------------------------------------------------------------------
 
     def tick(self) -> TickReport:
+        """Every due job of every cluster. A cluster whose part raises (its listing and plan, its
+        nets) is logged with the traceback, ledgered once and retried with backoff; the other
+        clusters go on in the same tick. A signal or prune that raises counts as unknown."""
         with self.lock:
             now = self.clock.now()
             report = TickReport(now)
-            due = {name: s.due(now) for name, s in self.schedules.items()}
-            for name in self.specs:
-                if self._listing_due(name, now) and "reconcile" not in due[name]:
-                    due[name].append("reconcile")
-                for job, at in self._net_deadlines(name).items():
-                    if at <= now and job not in due[name]:
-                        due[name].append(job)
+            self._failed_now = set()
+            due: dict[str, list[str]] = {}
+            for name, schedule in self.schedules.items():
+                failing = self.failing.get(name)
+                if failing is not None and now < failing.retry_at:
+                    continue  # sits out until its retry; its jobs stay due
+                try:
+                    due[name] = self._due(name, schedule, now)
+                except Exception as exc:
+                    self._cluster_failed(name, "schedule", exc, now)
             report.jobs = due
             ran: dict[str, list[str]] = {
                 name: [j for j in jobs if j not in LISTING_JOBS] for name, jobs in due.items()
             }
             if any("reconcile" in jobs for jobs in due.values()) or self._pruning_due(now):
-                self.mutate(tokens.prune)  # join tokens nobody can use any more
-                self.mutate(retention.prune)  # machines ended long ago: the ledger keeps them
-                listed = self._reconcile(now, due, report)
+                self._shared("token_prune", lambda: self.mutate(tokens.prune), None)
+                self._shared("retention_prune", lambda: self.mutate(retention.prune), None)
+                listed = self._reconcile_contained(now, due, report)
                 for name, jobs in listed.items():
                     ran.setdefault(name, []).extend(jobs)
                 for name, jobs in due.items():
                     missed = [
                         j for j in jobs if j in LISTING_JOBS and j not in listed.get(name, [])
                     ]
-                    if missed and name in self.schedules:
+                    if missed and name in self.schedules and name not in self._failed_now:
                         self.schedules[name].retry(missed, now, LISTING_RETRY_SECONDS)
-            self._update_pins(now)
-            self._run_nets(now, due, report)
-            self.mutate(revocation.revoke_ended)  # ended, refused and lost workers' certificates
+            self._shared("ray_work", lambda: self._update_pins(now), None)
+            self._run_nets(now, {n: j for n, j in due.items() if n not in self._failed_now}, report)
+            self._shared("revocation", lambda: self.mutate(revocation.revoke_ended), None)
             for name, jobs in ran.items():
-                if name in self.schedules:
+                if name in self.schedules and name not in self._failed_now:
                     self.schedules[name].ran(jobs, now)
+            for name in due:
+                if name in self.failing and name not in self._failed_now:
+                    self._recovered(name, now)
             report.records = self.journal.records()
             return report
 
+    def _due(self, name: str, schedule: Schedule, now: float) -> list[str]:
+        jobs = schedule.due(now)
+        if name not in self.specs:
+            return jobs
+        if self._listing_due(name, now) and "reconcile" not in jobs:
+            jobs.append("reconcile")
+        for job, at in self._net_deadlines(name).items():
+            if at <= now and job not in jobs:
+                jobs.append(job)
+        return jobs
+
+    # --- containment ---------------------------------------------------------------------------
+
+    def _cluster_failed(self, name: str, part: str, exc: BaseException, now: float) -> None:
+        """One cluster's part of the tick raised: it sits out its ticks until a retry that backs
+        off (5 s doubling to 5 min). The ledger has one line for the whole run of failures."""
+        self._failed_now.add(name)
+        previous = self.failing.get(name)
+        attempts = previous.attempts + 1 if previous else 1
+        delay = min(FAILURE_BACKOFF_SECONDS * 2 ** (attempts - 1), FAILURE_BACKOFF_MAX_SECONDS)
+        error = f"{type(exc).__name__}: {exc}"
+        self.failing[name] = Failing(attempts, now + delay, error)
+        if previous is None or previous.error != error:
+            log.error(
+                "%s: %s failed (%s); retried in %.0f s",
+                name,
+                part,
+                error,
+                delay,
+                exc_info=exc,
+                extra={"cluster": name, "cls": "tick_failed"},
+            )
+        else:
+            log.warning(
+                "%s: %s failed again, %d times in a row (%s); retried in %.0f s",
+                name,
+                part,
+                attempts,
+                error,
+                delay,
+                extra={"cluster": name, "cls": "tick_failed"},
+            )
+        if previous is None:
+            self.journal.log(
+                name,
+                LedgerKind.NOTE,
+                "tick_failed",
+                f"{part} failed: {error}; retried with backoff",
+                data={"part": part, "error_type": type(exc).__name__, "error": str(exc)},
+            )
+
+    def _recovered(self, name: str, now: float) -> None:
+        failing = self.failing.pop(name)
+        log.info("%s: ticks again after %d failure(s)", name, failing.attempts)
+        self.journal.log(
+            name,
+            LedgerKind.NOTE,
+            "tick_recovered",
+            f"ticks again after {failing.attempts} failed attempt(s) ({failing.error})",
+            data={"attempts": failing.attempts},
+        )
+
+    def _shared(self, part: str, step: Callable[[], T], unknown: T) -> T:
+        """A step no one cluster owns (a signal read, a prune): when it raises, its answer is
+        unknown for this tick; logged with the traceback and ledgered once per run of failures
+        (under every cluster), tried again at the next tick."""
+        try:
+            value = step()
+        except Exception as exc:
+            self._shared_failed(part, exc)
+            return unknown
+        if part in self._shared_failing:
+            self._shared_failing.discard(part)
+            log.info("%s works again", part)
+        return value
+
+    def _shared_failed(self, part: str, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        if part in self._shared_failing:
+            log.warning("%s failed again (%s); unknown this tick", part, error)
+            return
+        self._shared_failing.add(part)
+        log.error("%s failed (%s); unknown this tick", part, error, exc_info=exc)
+        for name in self.specs:
+            self.journal.log(
+                name,
+                LedgerKind.NOTE,
+                "tick_failed",
+                f"{part} failed: {error}; unknown until it works again",
+                data={"part": part, "error_type": type(exc).__name__, "error": str(exc)},
+            )
+
+    def _reconcile_contained(
+        self, now: float, due: Mapping[str, list[str]], report: TickReport
+    ) -> dict[str, list[str]]:
+        """One listing serves every due cluster. When that shared pass raises, each cluster is
+        listed and planned on its own (a plan's scope is its clusters: planning one leaves the
+        others alone), so only the cluster whose part raises is held back; what the shared pass
+        already carried out is in the records and in vast's next listing."""
+        names = [n for n, jobs in due.items() if "reconcile" in jobs]
+        before = dict(self.listed_at)
+        wake = set(self._wake)
+        try:
+            return self._reconcile(now, due, report)
+        except Exception as exc:
+            if len(names) <= 1:
+                self._restore_listing(names, before, wake)
+                for name in names:
+                    self._cluster_failed(name, "reconcile", exc, now)
+                if not names:  # pruning alone
+                    self._shared_failed("prune", exc)
+                return {}
+            log.warning(
+                "one listing for %s failed (%s: %s); each cluster is listed on its own",
+                ", ".join(names),
+                type(exc).__name__,
+                exc,
+            )
+        listed: dict[str, list[str]] = {}
+        for name in names:
+            before = dict(self.listed_at)
+            wake = set(self._wake)
+            try:
+                listed.update(self._reconcile(now, {name: due[name]}, report))
+            except Exception as exc:
+                self._restore_listing([name], before, wake)
+                self._cluster_failed(name, "reconcile", exc, now)
+        return listed
+
+    def _restore_listing(
+        self, names: Sequence[str], listed_at: Mapping[str, float], wake: set[str]
+    ) -> None:
+        """A reconcile that raised did not list its clusters: their deadlines stay to be met."""
+        for name in names:
+            if name in listed_at:
+                self.listed_at[name] = listed_at[name]
+            else:
+                self.listed_at.pop(name, None)
+            if name in wake:
+                self._wake.add(name)
+
     def next_wakeup(self, now: float) -> float:
         """Seconds until the next tick has work: the next job of any cadence, or the earliest
-        deadline a record holds (a limit fires within seconds of its threshold)."""
+        deadline a record holds (a limit fires within seconds of its threshold); a cluster that
+        failed waits for its retry."""
         with self.lock:
-            waits = [s.next_due(now) for s in self.schedules.values()]
-            records = self.journal.records()
-            for name, spec in self.specs.items():
-                at = deadlines.next_listing(
-                    records.instances.values(),
-                    records.requests.values(),
-                    spec,
-                    after=self.listed_at.get(name, float("-inf")),
-                )
-                if name in self._wake:
-                    at = now
-                if at is not None:
-                    waits.append(max(0.0, at - now, self._retry_at(name) - now))
-                waits += [max(0.0, at - now) for at in self._net_deadlines(name).values()]
+            waits: list[float] = []
+            for name, schedule in self.schedules.items():
+                try:
+                    mine = self._wakeups(name, schedule, now)
+                except Exception:
+                    mine = [FAILURE_BACKOFF_SECONDS]  # the tick says why
+                failing = self.failing.get(name)
+                if failing is not None:
+                    mine = [max(w, failing.retry_at - now) for w in mine]
+                waits += mine
             return min(waits) if waits else 30.0
+
+    def _wakeups(self, name: str, schedule: Schedule, now: float) -> list[float]:
+        waits = [schedule.next_due(now)]
+        spec = self.specs.get(name)
+        if spec is None:
+            return waits
+        records = self.journal.records()
+        at = deadlines.next_listing(
+            records.instances.values(),
+            records.requests.values(),
+            spec,
+            after=self.listed_at.get(name, float("-inf")),
+        )
+        if name in self._wake:
+            at = now
+        if at is not None:
+            waits.append(max(0.0, at - now, self._retry_at(name) - now))
+        waits += [max(0.0, at - now) for at in self._net_deadlines(name).values()]
+        return waits
 
     def _net_deadlines(self, name: str) -> dict[str, float]:
         """The machine nets' thresholds that a record of `name` reaches after the net last ran."""
@@ -329,7 +499,7 @@ class Controller:
         runs none: the reconcile and the sweep stay due)."""
         specs = [s for name, s in self.specs.items() if "reconcile" in due.get(name, [])]
         sweep = any("orphan_sweep" in due.get(s.name, []) for s in specs)
-        demand = self.signals.demand(self.specs)
+        demand = self._shared("ray_demand", lambda: self.signals.demand(self.specs), None)
         plan = observe_and_plan(
             self.provider,
             specs,
@@ -398,31 +568,87 @@ class Controller:
         self.mutate(pin)
 
     def _run_nets(self, now: float, due: Mapping[str, list[str]], report: TickReport) -> None:
+        """Each cluster's due nets on the records, then one plan for all they found. A cluster
+        whose nets raise is held back; when the shared plan raises, each cluster's findings are
+        planned and carried out on their own."""
         records = self._with_probes(self.journal.records(), now)
-        busy = self.signals.busy(records, now)
-        lineage = self.journal.lineage
-        instances: dict[str, InstanceRecord] = {}
-        found: list[Detection] = []
+        busy: Mapping[str, bool | None] = self._shared(
+            "ray_busy", lambda: self.signals.busy(records, now), {}
+        )
+        parts: dict[str, _NetFindings] = {}
         for cluster, jobs in due.items():
-            specs = {cluster: self.specs[cluster]}
-            mine = [r for r in records.instances.values() if r.cluster == cluster]
-            if "idle_scan" in jobs and self.idle_scanner:
-                self._take(
-                    idle.scan(mine, specs, busy=busy, lineage=lineage, now=now),
-                    "idle_scan",
-                    instances,
-                    found,
-                )
-            for job, net in self.machine_nets.items():
-                if job in jobs:
-                    current = [instances.get(r.id, r) for r in mine]
-                    self._take(net(current, specs, lineage=lineage, now=now), job, instances, found)
-        request_result = self._pool_nets(records, now, due, busy)
-        found += request_result.detections
-        if not found and not instances and not request_result.requests and not request_result.pools:
+            try:
+                parts[cluster] = self._cluster_nets(cluster, jobs, records, now, busy)
+            except Exception as exc:
+                self._cluster_failed(cluster, "nets", exc, now)
+        merged = _NetFindings.merge(parts.values())
+        if merged.empty:
             return
+        try:
+            self._act_on(merged, records, now, report)
+        except Exception as exc:
+            if len(parts) <= 1:
+                for cluster in parts:
+                    self._cluster_failed(cluster, "nets", exc, now)
+                return
+            log.warning(
+                "one plan for the nets' findings failed (%s: %s); each cluster on its own",
+                type(exc).__name__,
+                exc,
+            )
+            for cluster, part in parts.items():
+                if part.empty:
+                    continue
+                try:
+                    self._act_on(part, self.journal.records(), now, report)
+                except Exception as exc:
+                    self._cluster_failed(cluster, "nets", exc, now)
+
+    def _cluster_nets(
+        self,
+        cluster: str,
+        jobs: list[str],
+        records: Records,
+        now: float,
+        busy: Mapping[str, bool | None],
+    ) -> _NetFindings:
+        lineage = self.journal.lineage
+        out = _NetFindings()
+        specs = {cluster: self.specs[cluster]}
+        mine = [r for r in records.instances.values() if r.cluster == cluster]
+        if "idle_scan" in jobs and self.idle_scanner:
+            self._take(
+                idle.scan(mine, specs, busy=busy, lineage=lineage, now=now),
+                "idle_scan",
+                out.instances,
+                out.found,
+            )
+        for job, net in self.machine_nets.items():
+            if job in jobs:
+                current = [out.instances.get(r.id, r) for r in mine]
+                self._take(
+                    net(current, specs, lineage=lineage, now=now), job, out.instances, out.found
+                )
+        demand = (
+            self._shared(f"ray_demand of {cluster}", lambda: self.signals.demand(specs), None)
+            if any(j in POOL_JOBS for j in jobs)
+            else None
+        )
+        for result in _pool_jobs(
+            records, self.specs[cluster], jobs, demand=demand, busy=busy, now=now
+        ):
+            out.pools.detections += result.detections
+            out.pools.requests.update(result.requests)
+            out.pools.pools.update(result.pools)
+        return out
+
+    def _act_on(
+        self, findings: _NetFindings, records: Records, now: float, report: TickReport
+    ) -> None:
+        found = [*findings.found, *findings.pools.detections]
+        instances = findings.instances
         self._announce(found, records, instances)
-        self._drain_lost(records, instances)
+        self._shared("ray_drain", lambda: self._drain_lost(records, instances), None)
         # a lost worker is no longer capacity: plan its replacement now, not at the next cadence
         self._wake |= {d_cluster for d_cluster in self._clusters_of(found, "lost", instances)}
         report.detections += found
@@ -430,12 +656,12 @@ class Controller:
             records,
             found,
             self.specs,
-            lineage=lineage,
+            lineage=self.journal.lineage,
             serial=self.journal.serial,
             now=now,
             instances=instances,
-            requests=request_result.requests,
-            pools=request_result.pools,
+            requests=findings.pools.requests,
+            pools=findings.pools.pools,
         )
         report.results.append(self.execute(plan))
 
@@ -473,26 +699,11 @@ class Controller:
                 result.detections
             )
 
-    def _pool_nets(
-        self,
-        records: Records,
-        now: float,
-        due: Mapping[str, list[str]],
-        busy: Mapping[str, bool | None],
-    ) -> pools.PoolResult:
-        merged = pools.PoolResult()
-        for cluster, jobs in due.items():
-            for result in _pool_jobs(
-                records, self.specs[cluster], jobs, signals=self.signals, busy=busy, now=now
-            ):
-                merged.detections += result.detections
-                merged.requests.update(result.requests)
-                merged.pools.update(result.pools)
-        return merged
-
     def _with_probes(self, records: Records, now: float) -> Records:
         """Our control-plane probe of each worker (Ray's view of its node), as `probe_ok_at`."""
-        ok = self.signals.probes(records)
+        ok: Mapping[str, bool] = self._shared(
+            "ray_probes", lambda: self.signals.probes(records), {}
+        )
         if not ok:
             return records
         instances = {
@@ -530,13 +741,12 @@ def _pool_jobs(
     spec: ClusterSpec,
     jobs: list[str],
     *,
-    signals: Signals,
+    demand: Mapping[NodeKey, int] | None,
     busy: Mapping[str, bool | None],
     now: float,
 ) -> list[pools.PoolResult]:
     """The request and pool watchdogs of one cluster that are due now."""
     specs = {spec.name: spec}
-    demand = signals.demand(specs)
     out = []
     if "pool_idle_release" in jobs:
         out.append(pools.pool_idle_release(records, specs, demand=demand, busy=busy, now=now))
@@ -548,6 +758,31 @@ def _pool_jobs(
         cadence = float(spec.cadences.stuck_dispatch_seconds)
         out.append(pools.stuck_dispatch(records, specs, now=now, cadence=cadence))
     return out
+
+
+@dataclass
+class _NetFindings:
+    """What the nets of one cluster (or of several, merged) found in a tick."""
+
+    instances: dict[str, InstanceRecord] = field(default_factory=dict)
+    found: list[Detection] = field(default_factory=list)
+    pools: pools.PoolResult = field(default_factory=pools.PoolResult)
+
+    @property
+    def empty(self) -> bool:
+        p = self.pools
+        return not (self.found or self.instances or p.detections or p.requests or p.pools)
+
+    @staticmethod
+    def merge(parts: Iterable[_NetFindings]) -> _NetFindings:
+        out = _NetFindings()
+        for part in parts:
+            out.instances.update(part.instances)
+            out.found += part.found
+            out.pools.detections += part.pools.detections
+            out.pools.requests.update(part.pools.requests)
+            out.pools.pools.update(part.pools.pools)
+        return out
 
 
 def _request_cluster(records: Records, request_id: str) -> str:

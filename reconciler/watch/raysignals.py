@@ -84,12 +84,13 @@ class RaySignals:
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         try:
             state = self._state()
+            nodes = self._records_by_node()
         except Exception as exc:
             log.warning("Ray node usage not read: %s", exc)
             return {}
         by_node = {bytes(n.node_id).hex(): n for n in state.node_states}
         out: dict[str, bool | None] = {}
-        for node_id, record_id in self._records_by_node().items():
+        for node_id, record_id in nodes.items():
             node = by_node.get(node_id)
             if node is not None:
                 out[record_id] = node.status != IDLE

@@ -28,7 +28,13 @@ from reconciler.planning import pins
 from reconciler.spec.loader import LoadResult
 from reconciler.state import orders
 from reconciler.views import diagnostics as diag_view
-from reconciler.watch.controller import Controller, Signals, TickReport
+from reconciler.watch.controller import (
+    FAILURE_BACKOFF_MAX_SECONDS,
+    FAILURE_BACKOFF_SECONDS,
+    Controller,
+    Signals,
+    TickReport,
+)
 from reconciler.watch.metrics import Gauges, MetricsServer
 from reconciler.watch.source import GitError, SpecSource
 
@@ -115,12 +121,26 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     gauges = Gauges()
     metrics = _metrics(controller, gauges, logger) if options.metrics else None
     ticks = 0
+    failures = 0  # loop turns in a row that raised past the controller's own containment
     try:
         while not options.stop.is_set():
-            _reload(options.source, controller, deps, logger)
-            take_orders(deps.state_dir, controller, logger)
-            started = time.monotonic()
-            report = controller.tick()
+            try:
+                _reload(options.source, controller, deps, logger)
+                take_orders(deps.state_dir, controller, logger)
+                started = time.monotonic()
+                report = controller.tick()
+            except Exception:
+                failures += 1
+                wait = min(
+                    FAILURE_BACKOFF_SECONDS * 2 ** (failures - 1), FAILURE_BACKOFF_MAX_SECONDS
+                )
+                logger.exception("the tick failed; tried again in %.0f s", wait)
+                ticks += 1
+                if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
+                    break
+                _sleep(deps, options.stop, wait)
+                continue
+            failures = 0
             ticks += 1
             _refresh(gauges, controller, time.monotonic() - started, ticks, services)
             if options.on_tick:

@@ -47,7 +47,7 @@ class Liveness(StrEnum):
     UNKNOWN = "unknown"  # taken on another host: liveness cannot be checked from here
 
 
-def _utc(epoch: float) -> str:
+def utc_text(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
@@ -61,7 +61,7 @@ def render_lock_info(info: LockInfo) -> str:
             f"  Who:       {info.who}",
             f"  PID:       {info.pid}",
             f"  Version:   {info.version}",
-            f"  Created:   {_utc(info.created)}",
+            f"  Created:   {utc_text(info.created)}",
             f"  Path:      {info.path}",
         ]
     )
@@ -71,7 +71,7 @@ _LIVENESS_TEXT = {
     Liveness.ALIVE: "Process {pid} on {host} still holds it.",
     Liveness.DEAD: (
         "The lock looks STALE: process {pid} on {host} no longer holds it (the process has exited"
-        " without unlocking). It is not removed automatically."
+        " without unlocking), but it changed while ray-vast tried to take it over."
     ),
     Liveness.UNKNOWN: (
         "It was taken on host {host}; whether process {pid} is still running cannot be checked"
@@ -103,7 +103,7 @@ class StateLockedError(StateError):
 
     @property
     def stale(self) -> bool:
-        """The holder is known to be gone; the lock is still refused until a human removes it."""
+        """The holder is known to be gone (such a lock is taken over; refused only in a race)."""
         return self.liveness is Liveness.DEAD
 
 

@@ -19,6 +19,7 @@ behind. Temporary files a crash leaves behind are removed when the lock is next 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,6 +35,8 @@ from reconciler.state.errors import (
     StateLockedError,
     StateMissingError,
     StateUnreadableError,
+    render_lock_info,
+    utc_text,
 )
 from reconciler.state.files import (
     ensure_private_dir,
@@ -43,7 +46,15 @@ from reconciler.state.files import (
     tighten_file,
     write_temp,
 )
-from reconciler.state.lock import Identity, LockFile, LockHolder, LockInfo, wait_for_lock
+from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerWriter, ledger_path
+from reconciler.state.lock import (
+    Acquired,
+    Identity,
+    LockFile,
+    LockHolder,
+    LockInfo,
+    wait_for_lock,
+)
 from reconciler.state.redact import normalise_secrets
 from reconciler.state.snapshot import Records, StateSnapshot, decode, encode
 from reconciler.state.store import check_basis, new_lock_info, next_snapshot, prepare_records
@@ -51,6 +62,11 @@ from reconciler.state.store import check_basis, new_lock_info, next_snapshot, pr
 STATE_FILE = "state.json"
 BACKUP_FILE = "state.json.backup"
 LOCK_FILE = "state.lock"
+# The ledger's cluster field for what is about the whole state rather than one cluster.
+WHOLE_STATE = "*"
+TAKEN_OVER_CLASS = "lock_taken_over"
+
+_log = logging.getLogger(__name__)
 
 
 class FileStore:
@@ -76,6 +92,9 @@ class FileStore:
         self._lockfile = LockFile(self.lock_path)
         self._fd: int | None = None
         self._held: LockInfo | None = None
+        self._taken_over: LockInfo | None = None
+        # The dead owner's lock the last `lock()` took over, if it did.
+        self.taken_over: LockInfo | None = None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -163,8 +182,28 @@ class FileStore:
             lambda: self._try_lock(operation), clock=self._clock, timeout_seconds=timeout_seconds
         )
         self._held = info
+        self.taken_over, self._taken_over = self._taken_over, None
+        if self.taken_over is not None:
+            self._note_take_over(self.taken_over, info)
         self._remove_leftover_temps()
         return info
+
+    def _note_take_over(self, dead: LockInfo, info: LockInfo) -> None:
+        """Say so on stderr (a warning: the CLI's stream, or Python's last resort) and in the
+        ledger, with the dead owner's details."""
+        message = (
+            f"Took over the state lock {self.lock_path}: its owner, `{dead.operation}` (pid"
+            f" {dead.pid} on {dead.host}, since {utc_text(dead.created)}), no longer holds it; the"
+            " process ended without unlocking. Going on from the last saved state."
+        )
+        _log.warning("%s\n%s", message, render_lock_info(dead))
+        data = {"dead": dead.to_json(), "lock_id": info.id, "operation": info.operation}
+        with LedgerWriter.open(
+            ledger_path(self.state_dir), clock=self._clock, secrets=self._secrets
+        ) as ledger:
+            ledger.append(
+                LedgerEvent(WHOLE_STATE, LedgerKind.NOTE, TAKEN_OVER_CLASS, message, data=data)
+            )
 
     def _try_lock(self, operation: str) -> LockInfo | StateLockedError:
         info = new_lock_info(
@@ -177,7 +216,8 @@ class FileStore:
         got = self._lockfile.try_acquire(info)
         if isinstance(got, LockHolder):
             return StateLockedError(got.info, liveness=got.liveness, lock_path=self.lock_path)
-        self._fd = got
+        assert isinstance(got, Acquired)
+        self._fd, self._taken_over = got.fd, got.taken_over
         return info
 
     def _remove_leftover_temps(self) -> None:

@@ -6,8 +6,12 @@ must tell three situations apart: held by a live process, left behind by a dead 
 - A lock file alone cannot tell the first two apart, so its owner also holds `flock(LOCK_EX)` on it
   for as long as it holds the lock. The kernel drops that when the process dies, however it dies.
   A locker that finds the file present but the flock free knows the owner is gone (on this host),
-  and reports the lock as stale, with the dead owner's details. It does not take it over: as in
-  Terraform, breaking a lock is a human decision (`ray-vast state force-unlock ID`).
+  and takes the lock over, as Terraform's local backend is not blocked by a dead process's lock:
+  it flocks the dead owner's file (so two takers cannot both win), checks it is still the file at
+  `state.lock` with the same ID, and renames its own complete, flocked lock file over it. The
+  caller is told whose lock it replaced, to say so and note it in the ledger. A live owner, or a
+  lock taken on another host (whose liveness cannot be checked from here), is still refused:
+  breaking those is a human decision (`ray-vast state force-unlock ID`).
 - The lock file is published complete and already flocked: the owner creates a private temporary
   file with O_CREAT|O_EXCL, flocks it, writes and fsyncs the lock info, then `link`s it to
   `state.lock`. `link` fails if the name exists, so it is the exclusive create; and no other
@@ -46,6 +50,7 @@ MAX_RETRY_SECONDS = 16.0
 # A lock released between our look and our flock makes us look again at once; after this many
 # looks in a row we wait like for any held lock instead of spinning.
 IMMEDIATE_RETRIES = 5
+_CHANGED = object()
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,15 @@ class LockHolder:
     liveness: Liveness
 
 
+@dataclass(frozen=True)
+class Acquired:
+    """The lock, taken: the descriptor that holds its flock, and the dead owner's lock it
+    replaced, if it was taken over."""
+
+    fd: int
+    taken_over: LockInfo | None = None
+
+
 def wait_for_lock(
     attempt: Callable[[], LockInfo | StateLockedError], *, clock: Clock, timeout_seconds: float
 ) -> LockInfo:
@@ -150,6 +164,13 @@ def _same_file(fd: int, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
+def _info_id(data: bytes) -> str | None:
+    try:
+        return LockInfo.from_json(json.loads(data)).id
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
 def _read_fd(fd: int) -> bytes:
     chunks = []
     offset = 0
@@ -165,13 +186,18 @@ class LockFile:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def try_acquire(self, info: LockInfo) -> int | LockHolder:
-        """Take the lock and return the descriptor that holds it, or the current holder."""
+    def try_acquire(self, info: LockInfo) -> Acquired | LockHolder:
+        """Take the lock (over a dead owner's, on this host), or return the current holder."""
         for _ in range(IMMEDIATE_RETRIES):
             fd = self._publish(info)
             if fd is not None:
-                return fd
+                return Acquired(fd)
             holder = self.holder(host=info.host)
+            if holder is not None and holder.liveness is Liveness.DEAD:
+                fd = self._take_over(info, holder.info)
+                if fd is not None:
+                    return Acquired(fd, taken_over=holder.info)
+                continue  # someone else is looking at it, or took it first: look again
             if holder is not None:
                 return holder
             # Released between our link and our look: try again at once.
@@ -180,15 +206,26 @@ class LockFile:
             raise LockFileUnreadableError(self.path, "it keeps appearing and vanishing")
         return holder
 
-    def _publish(self, info: LockInfo) -> int | None:
-        if self.path.exists():
-            return None
+    def _prepared(self, info: LockInfo) -> tuple[Path, int]:
+        """A private temporary lock file, flocked, with `info` written and fsynced."""
         temp = self.path.with_name(f"{self.path.name}.{info.id}.tmp")
         fd = create_private(temp, flags=os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new inode: cannot be contended
             write_all(fd, json.dumps(info.to_json(), indent=2).encode() + b"\n")
             os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            temp.unlink(missing_ok=True)
+            raise
+        return temp, fd
+
+    def _publish(self, info: LockInfo) -> int | None:
+        if self.path.exists():
+            return None
+        temp, fd = self._prepared(info)
+        try:
             try:
                 os.link(temp, self.path)
             except FileExistsError:
@@ -203,11 +240,48 @@ class LockFile:
         fsync_dir(self.path.parent)
         return fd
 
+    def _take_over(self, info: LockInfo, dead: LockInfo) -> int | None:
+        """Replace the dead owner's lock with ours; None if it is not that lock any more.
+
+        Holding the dead file's flock while we check and rename is what makes one taker win:
+        another taker cannot flock it meanwhile, and once it can, `state.lock` is ours.
+        """
+        try:
+            old = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(old, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            if not _same_file(old, self.path) or _info_id(_read_fd(old)) != dead.id:
+                return None
+            temp, fd = self._prepared(info)
+            try:
+                os.rename(temp, self.path)
+            except BaseException:
+                os.close(fd)
+                temp.unlink(missing_ok=True)
+                raise
+            fsync_dir(self.path.parent)
+            return fd
+        finally:
+            os.close(old)  # drops our flock of the dead file, which is no longer `state.lock`
+
     def holder(self, *, host: str) -> LockHolder | None:
         """Who holds the lock now, and whether they are alive; None if there is no lock.
 
         `host` is the looker's: a free flock proves the holder dead only if it ran on this host.
         """
+        for _ in range(IMMEDIATE_RETRIES):
+            seen = self._look(host)
+            if seen is None or isinstance(seen, LockHolder):
+                return seen
+        raise LockFileUnreadableError(self.path, "it keeps being replaced while it is read")
+
+    def _look(self, host: str) -> LockHolder | object | None:
+        """One look; `_CHANGED` if `state.lock` was replaced (a take-over) while we looked."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -218,6 +292,8 @@ class LockFile:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 flock_free = False
+                if not _same_file(fd, self.path):
+                    return _CHANGED  # a taker held the dead file's flock and replaced it
             else:
                 flock_free = True
                 fcntl.flock(fd, fcntl.LOCK_UN)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -99,3 +101,39 @@ def test_second_writer_is_refused_with_the_holders_details(world: World) -> None
             holder.stdin.flush()
             holder.wait(timeout=30)
     assert world.run("apply", str(LOCAL_SIM), "--auto-approve").returncode == 0
+
+
+def _killed_holder(world: World, operation: str) -> tuple[str, int]:
+    """A process that takes the lock for `operation` and is killed (SIGKILL) while holding it."""
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK.replace('"watch"', repr(operation)), str(world.state_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    ) as holder:
+        assert holder.stdout is not None
+        lock_id = holder.stdout.readline().strip()
+        holder.send_signal(signal.SIGKILL)
+        assert holder.wait(timeout=30) == -signal.SIGKILL
+    assert (world.state_dir / "state.lock").exists()
+    return lock_id, holder.pid
+
+
+def test_a_killed_owners_lock_is_taken_over_by_apply_and_by_down(world: World) -> None:
+    _, apply_pid = _killed_holder(world, "apply")
+    applied = world.run("apply", str(LOCAL_SIM), "--auto-approve")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "Took over the state lock" in applied.stderr
+    assert f"`apply` (pid {apply_pid} on " in applied.stderr
+    assert len(world.sim.instances) == 2
+
+    lock_id, down_pid = _killed_holder(world, "down")
+    gone = world.run("down", "local-sim", "--auto-approve")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert f"`down` (pid {down_pid} on " in gone.stderr and lock_id in gone.stderr
+    assert world.sim.instances == {}
+    assert not (world.state_dir / "state.lock").exists()
+    noted = world.run("ledger", "--class", "lock_taken_over", "--json")
+    entries = [json.loads(line) for line in noted.stdout.splitlines()]
+    assert [e["data"]["dead"]["pid"] for e in entries] == [apply_pid, down_pid]

@@ -8,10 +8,13 @@ rather than by sleeping, and every child is killed and reaped when its test ends
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +30,8 @@ from reconciler.state import (
     StateLockedError,
     locked,
 )
+from reconciler.state.errors import utc_text
+from reconciler.state.ledger import LedgerQuery, ledger_path, read_ledger
 from tests.state.conftest import RecordingClock
 
 ROOT = Path(__file__).parents[2]
@@ -161,29 +166,69 @@ def test_a_lock_held_by_a_live_process_is_refused_until_it_is_released(
     here.unlock()
 
 
-def test_a_lock_left_by_a_killed_process_is_reported_stale_and_not_taken(
-    state_dir: Path, here: FileStore
+def test_a_lock_left_by_a_killed_process_is_taken_over_and_noted(
+    state_dir: Path, here: FileStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     with child(HOLD_LOCK, str(state_dir)) as holder:
         lock_id = holder.read_line()
+        holder.proc.send_signal(signal.SIGKILL)
+        assert holder.wait() == -signal.SIGKILL
+    dead = json.loads((state_dir / LOCK_FILE).read_text())
+    with caplog.at_level(logging.WARNING, logger="reconciler.state"):
+        info = here.lock("down")
+    try:
+        assert info.id != lock_id
+        assert here.taken_over is not None and here.taken_over.id == lock_id
+        assert json.loads((state_dir / LOCK_FILE).read_text())["id"] == info.id
+        (said,) = [r.getMessage() for r in caplog.records]
+        assert "Took over the state lock" in said
+        assert f"`watch` (pid {holder.pid} on " in said
+        assert utc_text(dead["created"]) in said
+        (noted,) = read_ledger(ledger_path(state_dir), LedgerQuery(class_="lock_taken_over"))
+        assert noted.data["dead"]["pid"] == holder.pid and noted.data["lock_id"] == info.id
+        assert noted.data["dead"]["operation"] == "watch"
+        other = FileStore(state_dir, clock=RecordingClock())
+        with pytest.raises(StateLockedError) as refused:  # and the new owner is alive
+            other.lock("apply")
+        assert refused.value.liveness is Liveness.ALIVE and refused.value.info.id == info.id
+    finally:
+        here.unlock()
+    assert not (state_dir / LOCK_FILE).exists()
+    with locked(here, "apply"):
+        assert here.taken_over is None  # a lock released cleanly is simply taken
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_lockers_racing_for_a_killed_owners_lock_one_takes_it_over(
+    state_dir: Path, attempt: int
+) -> None:
+    with child(HOLD_LOCK, str(state_dir)) as holder:
+        holder.read_line()
         holder.proc.kill()
         holder.wait()
-    for timeout in (0, 5):
-        with pytest.raises(StateLockedError) as refused:
-            here.lock("apply", timeout_seconds=timeout)
-        error = refused.value
-        assert error.stale
-        assert error.liveness is Liveness.DEAD
-        assert (error.info.id, error.info.pid) == (lock_id, holder.pid)
-        assert "STALE" in str(error)
-        assert str(holder.pid) in str(error)
-        assert f"ray-vast state force-unlock {lock_id}" in str(error)
-    assert (state_dir / LOCK_FILE).exists()
-    assert here.held is None
-    removed = here.force_unlock(lock_id)
-    assert removed.liveness is Liveness.DEAD
-    with locked(here, "apply") as info:
-        assert info.id != lock_id
+    stores = [FileStore(state_dir, clock=RecordingClock()) for _ in range(6)]
+    barrier = threading.Barrier(len(stores))
+    outcomes: list[object] = [None] * len(stores)
+
+    def take(n: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[n] = stores[n].lock("apply")
+        except StateLockedError as exc:
+            outcomes[n] = exc
+
+    threads = [threading.Thread(target=take, args=(n,)) for n in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=DEADLINE_SECONDS)
+    winners = [n for n, o in enumerate(outcomes) if not isinstance(o, StateLockedError)]
+    assert len(winners) == 1, outcomes
+    (winner,) = winners
+    on_disk = json.loads((state_dir / LOCK_FILE).read_text())["id"]
+    held = stores[winner].held
+    assert held is not None and held.id == on_disk
+    stores[winner].unlock()
 
 
 def test_a_writer_killed_before_its_rename_leaves_the_previous_state(
@@ -198,10 +243,7 @@ def test_a_writer_killed_before_its_rename_leaves_the_previous_state(
     assert here.read() == first
     (temp,) = state_dir.glob(f"{STATE_FILE}.*.tmp")
     assert json.loads(temp.read_text())["serial"] == 2  # written in full, never renamed in
-    with pytest.raises(StateLockedError) as refused:
-        here.lock("apply")
-    assert refused.value.stale
-    here.force_unlock(refused.value.info.id)
     with locked(here, "apply"):
+        assert here.taken_over is not None  # the dead writer's lock
         assert not temp.exists()  # the next lock holder clears what the crash left
         assert here.write({"n": 2}, based_on=first).serial == 2

@@ -8,6 +8,7 @@ loop turn, at most a second away, without waiting for the reconcile cadence.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -265,13 +266,24 @@ def _refresh(
 
 @contextmanager
 def _stopping_on_signals(stop: threading.Event, logger: logging.Logger) -> Iterator[None]:
-    """SIGTERM/SIGINT: finish the tick, save, stop serving, exit."""
+    """SIGTERM/SIGINT: finish the tick, save, stop serving, exit. A second signal exits at once
+    with a warning (DESIGN.md 9): the state was saved after every provider call, and what the call
+    in flight did is found at the next listing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        logger.info("signal %d: finishing the tick, then stopping", signum)
+        if stop.is_set():
+            logger.warning(
+                "signal %d again: exiting at once; the call in flight is abandoned (the next "
+                "run finds its outcome in vast's listing)",
+                signum,
+            )
+            for out in logger.handlers:
+                out.flush()
+            os._exit(128 + signum)
+        logger.info("signal %d: finishing the tick, then stopping (again to exit at once)", signum)
         stop.set()
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.served import LOCAL_SIM, ROOT, World
+from vastsim.faults import LIST_ROUTE, Canned
 
 
 def free_port() -> int:
@@ -82,8 +85,12 @@ def test_spec_change_reconciles_at_once_and_sigterm_stops(
     proc = watcher(str(specs), "--log-format", "json")
     wait_for(lambda: len(world.sim.instances) == 2)  # 1 slot x candidate_factor 2
 
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    assert 'ray_vast_cluster_dollars_per_hour{cluster="local-sim"}' in metrics
+    def metrics() -> str:
+        url = f"http://127.0.0.1:{port}/metrics"
+        return str(urllib.request.urlopen(url, timeout=10).read().decode())
+
+    # the gauges are refreshed when the tick that rented ends, a moment after vast has the rentals
+    wait_for(lambda: 'ray_vast_cluster_dollars_per_hour{cluster="local-sim"}' in metrics(), 10)
 
     spec.write_text(spec_text(2, port))
     wait_for(lambda: len(world.sim.instances) == 4, timeout=20)  # well before the 60 s cadence
@@ -166,3 +173,47 @@ def test_invalid_spec_change_keeps_the_cluster(
     _, err = proc.communicate(timeout=30)
     assert "do not load" in err and "max_workers" in err
     assert world.run("down", "local-sim", "--auto-approve").returncode == 0
+
+
+def test_a_second_sigint_exits_at_once_with_a_warning(
+    world: World, watcher: Callable[..., subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """DESIGN.md 9: the first SIGINT lets the call in flight finish; a second exits at once, even
+    while a tick is blocked on a slow vast (here: a listing that takes 20 s to answer)."""
+    port = free_port()
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    spec = specs / "local-sim.yaml"
+    spec.write_text(spec_text(1, port))
+    proc = watcher(str(specs))
+    wait_for(lambda: len(world.sim.instances) == 2)
+
+    slow, listing, release = threading.Event(), threading.Event(), threading.Event()
+    take = world.sim.faults.take
+
+    def slow_listing(route: str, *, after: bool) -> Canned | None:
+        if slow.is_set() and route == LIST_ROUTE and not after:
+            listing.set()
+            release.wait(20)
+        return take(route, after=after)
+
+    world.sim.faults.take = slow_listing  # type: ignore[method-assign]
+    try:
+        slow.set()
+        spec.write_text(spec_text(2, port))  # the reload reconciles at once: a listing
+        assert listing.wait(20), "the watch never listed"
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None  # the first signal waits for the call in flight
+        proc.send_signal(signal.SIGINT)
+        second = time.monotonic()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        exited = time.monotonic() - second
+    finally:
+        release.set()
+    _, err = proc.communicate(timeout=30)
+    assert exited < 1.0, f"exited {exited:.1f} s after the second signal"
+    assert proc.returncode == 128 + signal.SIGINT
+    assert "finishing the tick" in err
+    assert "again" in err and "exiting at once" in err

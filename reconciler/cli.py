@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -29,7 +30,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.planning.pins import PinOrder
 from reconciler.spec.loader import load
 from reconciler.state.errors import StateError
-from reconciler.state.ledger import LedgerQuery, ledger_path, read_ledger
+from reconciler.state.ledger import LedgerLineSkipped, LedgerQuery, ledger_path, read_ledger
 from reconciler.state.lock import Identity
 from reconciler.vast.errors import VastError
 from reconciler.views import diagnostics as diag_view
@@ -269,7 +270,7 @@ def apply(
     deps.stop_requested = interrupts.requested
     with _reported(), interrupts.installed():
         if planfile.looks_like_plan(target):
-            saved = planfile.read(target)
+            saved = _saved_plan(target)
             specs = _specs(Path(saved.spec_path))
             code = operations.apply_saved(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)
         else:
@@ -282,6 +283,17 @@ def apply(
                 spec_path=target,
             )
     raise typer.Exit(code)
+
+
+def _saved_plan(path: Path) -> planfile.SavedPlan:
+    """The saved plan at `path`, or a refusal that says what to do."""
+    try:
+        return planfile.read(path)
+    except planfile.PlanFileError as exc:
+        raise planfile.PlanFileError(
+            f"{exc}. Nothing was applied: make a new plan with `ray-vast plan SPEC_DIR -out "
+            f"{path}` and apply that."
+        ) from exc
 
 
 @app.command(
@@ -474,7 +486,16 @@ def ledger(
     with _reported():
         start = ledger_view.parse_since(since, deps.clock.now()) if since else None
         query = LedgerQuery(cluster=cluster, class_=cls, instance=instance, since=start)
-        entries = list(read_ledger(ledger_path(deps.state_dir), query))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LedgerLineSkipped)
+            entries = list(read_ledger(ledger_path(deps.state_dir), query))
+    for warning in caught:
+        if issubclass(warning.category, LedgerLineSkipped):
+            typer.echo(f"Warning: {warning.message}", err=True)
+        else:
+            warnings.showwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     if as_json:
         for entry in entries:
             typer.echo(json.dumps(entry.to_json()))

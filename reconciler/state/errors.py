@@ -159,3 +159,34 @@ class StateMissingError(StateUnreadableError):
 
 class StateTooNewError(StateUnreadableError):
     """Written in a format version newer than this ray-vast knows."""
+
+
+class LocalFileError(StateUnreadableError):
+    """A path of the state directory that the filesystem refuses; nothing was changed."""
+
+    def __init__(self, exc: OSError, *, state_dir: Path, path: Path) -> None:
+        self.path = Path(exc.filename) if exc.filename else path
+        super().__init__(local_problem(exc, state_dir=state_dir, path=self.path))
+
+
+def local_problem(exc: OSError, *, state_dir: Path, path: Path) -> str:
+    """One line for an `OSError` on a path of the state directory: what is wrong, what to do."""
+    if state_dir.exists() and not state_dir.is_dir():
+        return (
+            f"{state_dir} is not a directory, but the state directory must be one (it comes from"
+            " --state-dir, else $RAY_VAST_STATE_DIR, else .ray-vast/ in the working directory)."
+            " Point it at a directory, or move that file away. Nothing was changed."
+        )
+    if isinstance(exc, IsADirectoryError):
+        return (
+            f"{path} is a directory, where ray-vast keeps a file. Move that directory away and"
+            " retry. Nothing was changed."
+        )
+    if isinstance(exc, PermissionError):
+        return (
+            f"{path} cannot be used: permission denied. Run ray-vast as the user who owns the"
+            " state, or give that user access (0700 for the directory, 0600 for its files)."
+            " Nothing was changed."
+        )
+    reason = exc.strerror or str(exc)
+    return f"{path} cannot be used: {reason}. Check that path and retry. Nothing was changed."

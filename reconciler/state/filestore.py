@@ -28,6 +28,7 @@ from reconciler import __version__
 from reconciler.clock import Clock
 from reconciler.state.errors import (
     Liveness,
+    LocalFileError,
     LockLostError,
     LockNotHeldError,
     StateCorruptError,
@@ -109,16 +110,23 @@ class FileStore:
                     f" the backup to {self.path} (or move the directory away) and retry."
                 ) from None
             return None
+        except OSError as exc:
+            raise LocalFileError(exc, state_dir=self.state_dir, path=self.path) from exc
         try:
             return decode(data, str(self.path))
         except StateCorruptError as exc:
-            raise StateCorruptError(f"{exc}\n{self._backup_hint()}") from exc
+            raise StateCorruptError(f"{exc}. {self._backup_hint()}") from exc
 
     def _backup_hint(self) -> str:
         try:
             backup = decode(self.backup_path.read_bytes(), str(self.backup_path))
         except FileNotFoundError:
-            return f"There is no backup ({self.backup_path} does not exist)."
+            return (
+                f"There is no backup ({self.backup_path} does not exist): repair the file or"
+                " restore it from a copy of your own; ray-vast will not read it as empty."
+            )
+        except OSError as exc:
+            return f"The backup {self.backup_path} cannot be read either ({exc.strerror})."
         except StateUnreadableError as exc:
             return f"The backup {self.backup_path} cannot be read either: {exc}"
         return (
@@ -177,10 +185,15 @@ class FileStore:
     def lock(self, operation: str, *, timeout_seconds: float = 0.0) -> LockInfo:
         if self._held is not None:
             raise StateError(f"this store already holds the state lock {self._held.id}")
-        ensure_private_dir(self.state_dir)
-        info = wait_for_lock(
-            lambda: self._try_lock(operation), clock=self._clock, timeout_seconds=timeout_seconds
-        )
+        try:
+            ensure_private_dir(self.state_dir)
+            info = wait_for_lock(
+                lambda: self._try_lock(operation),
+                clock=self._clock,
+                timeout_seconds=timeout_seconds,
+            )
+        except OSError as exc:
+            raise LocalFileError(exc, state_dir=self.state_dir, path=self.lock_path) from exc
         self._held = info
         self.taken_over, self._taken_over = self._taken_over, None
         if self.taken_over is not None:

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, BinaryIO, Self, TypeVar
 
 from reconciler.clock import Clock
+from reconciler.state.errors import LocalFileError
 from reconciler.state.files import FILE_MODE, ensure_private_dir, write_all
 from reconciler.state.jsonvalue import plain_json
 from reconciler.state.redact import normalise_secrets, redact
@@ -233,8 +234,11 @@ class LedgerWriter:
     @classmethod
     def open(cls, path: Path, *, clock: Clock, secrets: Iterable[str] = ()) -> Self:
         """Open (creating it 0600, in a 0700 directory) the ledger at `path` for appending."""
-        ensure_private_dir(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            ensure_private_dir(path.parent)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        except OSError as exc:
+            raise LocalFileError(exc, state_dir=path.parent, path=path) from exc
         try:
             if os.fstat(fd).st_mode & 0o077:
                 os.fchmod(fd, FILE_MODE)
@@ -352,6 +356,13 @@ class LedgerQuery:
         )
 
 
+def _lines(handle: BinaryIO, path: Path) -> Iterator[bytes]:
+    try:
+        yield from handle
+    except OSError as exc:
+        raise LocalFileError(exc, state_dir=path.parent, path=path) from exc
+
+
 def read_ledger(path: Path, query: LedgerQuery | None = None) -> Iterator[LedgerEntry]:
     """The entries of the ledger at `path` that match `query`, oldest first.
 
@@ -363,8 +374,10 @@ def read_ledger(path: Path, query: LedgerQuery | None = None) -> Iterator[Ledger
         handle = path.open("rb")
     except FileNotFoundError:
         return
+    except OSError as exc:
+        raise LocalFileError(exc, state_dir=path.parent, path=path) from exc
     with handle:
-        for number, line in enumerate(handle, start=1):
+        for number, line in enumerate(_lines(handle, path), start=1):
             if not line.strip():
                 continue
             try:

@@ -694,6 +694,15 @@ class Controller:
     ) -> None:
         instances.update(result.updates)
         found += result.detections
+        if result.refusals and log.isEnabledFor(logging.DEBUG):
+            for record, gate in result.refusals:
+                log.debug(
+                    "%s: %s not acted on: refused by %s",
+                    net,
+                    record,
+                    gate,
+                    extra={"net": net, "record": record, "cls": "refusal", "gate": gate},
+                )
         if result.detections:
             self.detections_by_net[net] = self.detections_by_net.get(net, 0) + len(
                 result.detections

@@ -13,11 +13,13 @@ from typing import TextIO
 from reconciler.state.redact import redact
 
 LOGGER = "ray_vast"
-# The library's own loggers (`reconciler.head`, `reconciler.vast.*`): their warnings (the head's
-# alerts, a worker's report before it destroys itself, vast calls with unknown outcomes) reach the
-# same stream, in the same format and redacted, instead of logging's bare last-resort handler.
+# The library's own loggers (`reconciler.head`, `reconciler.vast.*`): their INFO lines (the head's
+# enrollments and refusals) and warnings (the head's alerts, a worker's report before it destroys
+# itself, vast's retries and calls with unknown outcomes) reach the same stream, in the same format
+# and redacted, instead of being dropped or printed by logging's bare last-resort handler.
 LIBRARY_LOGGER = "reconciler"
-EXTRA_FIELDS = ("cluster", "record", "instance", "cls", "net")
+LOGGERS = (LOGGER, LIBRARY_LOGGER)
+EXTRA_FIELDS = ("cluster", "record", "instance", "cls", "net", "gate")
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,6 +33,10 @@ class JsonFormatter(logging.Formatter):
         for name in EXTRA_FIELDS:
             if hasattr(record, name):
                 payload[name] = getattr(record, name)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            payload["traceback"] = record.exc_text
         return json.dumps(payload)
 
 
@@ -40,9 +46,14 @@ class Redacting(logging.Filter):
         self.secrets = tuple(s for s in secrets if s)
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and not record.exc_text:
+            # the traceback quotes the exception's message, which may name a secret
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
         if self.secrets:
             record.msg = redact(record.getMessage(), self.secrets)
             record.args = None
+            if record.exc_text:
+                record.exc_text = redact(record.exc_text, self.secrets)
         return True
 
 
@@ -50,25 +61,24 @@ class _OurHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A handler `configure` installed (so a second `configure` replaces it, and only it)."""
 
 
-def configure(fmt: str, stream: TextIO, secrets: Iterable[str]) -> logging.Logger:
-    """The `ray_vast` logger writing to `stream` in `text` or `json`; the `reconciler` loggers'
-    warnings go to the same stream."""
-    handler = _OurHandler(stream)
-    handler.setFormatter(
-        JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(message)s")
-    )
-    handler.addFilter(Redacting(secrets))
-    logger = logging.getLogger(LOGGER)
-    logger.handlers.clear()
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    library = logging.getLogger(LIBRARY_LOGGER)
-    for old in [h for h in library.handlers if isinstance(h, _OurHandler)]:
-        library.removeHandler(old)
-    warnings_only = _OurHandler(stream)
-    warnings_only.setFormatter(handler.formatter)
-    warnings_only.addFilter(Redacting(secrets))
-    warnings_only.setLevel(logging.WARNING)
-    library.addHandler(warnings_only)
-    return logger
+def configure(
+    fmt: str, stream: TextIO, secrets: Iterable[str], *, level: int = logging.INFO
+) -> logging.Logger:
+    """One logging tree: the watch's `ray_vast` logger and the library's `reconciler` loggers
+    (the head, the vast client, the state store) write to `stream` in `text` or `json`, redacted,
+    from `level` up (net refusals are at debug). Called again, it replaces what it installed."""
+    secrets = tuple(secrets)
+    formatter = JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(message)s")
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if isinstance(h, _OurHandler)]:
+            logger.removeHandler(old)
+        handler = _OurHandler(stream)
+        handler.setFormatter(formatter)
+        handler.addFilter(Redacting(secrets))
+        logger.addHandler(handler)
+        logger.setLevel(level)
+    # the watch's own lines go nowhere else; the library's may also reach a root handler a host
+    # program installed (as before)
+    logging.getLogger(LOGGER).propagate = False
+    return logging.getLogger(LOGGER)

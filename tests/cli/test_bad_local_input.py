@@ -144,7 +144,12 @@ CASES = (
         (("apply", "PLAN"),),
         "ci.plan",
     ),
-    Case("ledger-is-a-directory", _ledger_directory, (("ledger",),), "ledger.jsonl"),
+    Case(
+        "ledger-is-a-directory",
+        _ledger_directory,
+        (("ledger",), ("pin", "i1"), ("apply", str(LOCAL_SIM), "--auto-approve")),
+        "ledger.jsonl",
+    ),
 )
 
 

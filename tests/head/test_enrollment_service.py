@@ -23,7 +23,7 @@ from reconciler.head.decisions import put
 from reconciler.model.codec import encode
 from reconciler.model.records import BreakerState, Intent, Phase, RequestStatus, Role
 
-from .harness import KEY, HeadWorld, head_world, wait_for
+from .harness import KEY, HeadWorld, client_pair, head_world, wait_for
 from .schemas import assert_valid
 
 
@@ -145,6 +145,23 @@ def test_a_second_enrollment_of_the_same_instance_is_refused(world: HeadWorld):
     assert again.status == 200
     assert again.doc["slot_id"] == f"{request}s1"
     assert world.record(rented.record_id).role is Role.WORKER
+
+
+def test_an_answer_asked_for_again_revokes_the_certificate_of_the_lost_one(world: HeadWorld):
+    """Issue 13: a retried enrollment of the same boot left the earlier certificate valid."""
+    request = world.place(slots=1)
+    rented = world.rent(request)
+    lost = world.enroll(rented, boot_id="aaaa1111")  # this answer never reached the container
+    again = world.enroll(rented, boot_id="aaaa1111")
+    assert lost.status == again.status == 200
+    record = world.record(rented.record_id)
+    assert (
+        record.cert_serial is not None and record.cert_serial not in world.records().revoked_certs
+    )
+    assert len(world.records().revoked_certs) == 1  # the lost answer's serial
+    refused = world.heartbeat(lost.doc, client=client_pair(lost.doc))
+    assert (refused.status, refused.doc["error"]) == (403, "revoked")
+    assert world.heartbeat(again.doc, client=client_pair(again.doc)).status == 200
 
 
 def test_a_reused_token_from_another_instance_fails_the_token_check(world: HeadWorld):

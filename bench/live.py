@@ -32,7 +32,7 @@ from reconciler.head.service import HeadService
 from reconciler.model.records import Records
 from reconciler.spec.loader import load
 from reconciler.watch.controller import Controller
-from reconciler.watch.headside import cluster_pki, head_extension
+from reconciler.watch.headside import HeadServices, cluster_pki, head_extension
 from reconciler.watch.raysignals import RaySignals
 from reconciler.watch.runner import Service, WatchOptions, watch
 from reconciler.watch.source import SpecSource
@@ -112,8 +112,9 @@ class Live:
 
     @property
     def head(self) -> HeadService:
-        service = self.services[0]
-        assert isinstance(service, HeadService)
+        heads = self.services[0]
+        assert isinstance(heads, HeadServices)
+        (service,) = heads.services.values()
         return service
 
     def records(self) -> Records:

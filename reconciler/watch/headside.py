@@ -51,6 +51,76 @@ def cluster_pki(state_dir: Path, spec: ClusterSpec, now: float) -> ClusterPki:
     )
 
 
+class HeadServices:
+    """The head service of every cluster the controller holds, kept in step with its specs: a
+    cluster added by a reload gets its PKI, its served ports and its launcher (so its rentals
+    carry the bootloader and a join token); a removed one's ports are closed; a changed one's
+    app takes the new spec (thresholds, node types)."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        journal: Journal,
+        *,
+        state_dir: Path,
+        clock: Clock,
+        vast_url: str | None,
+        secrets: tuple[str, ...],
+        agent_env: Mapping[str, str] | None,
+    ) -> None:
+        self.controller = controller
+        self.journal = journal
+        self.state_dir = state_dir
+        self.clock = clock
+        self.vast_url = vast_url
+        self.secrets = secrets
+        self.agent_env = agent_env
+        self.services: dict[str, HeadService] = {}
+        self.launchers: dict[str, Launcher] = {}
+        self.launcher = ByCluster(self.launchers, ImageLauncher())
+        self.reload(controller.specs)
+
+    def reload(self, specs: Mapping[str, ClusterSpec]) -> None:
+        for name in sorted(set(self.services) - set(specs)):
+            self.services.pop(name).stop()
+            self.launchers.pop(name, None)
+        for name, spec in specs.items():
+            current = self.services.get(name)
+            if current is None:
+                self._add(spec)
+            elif current.app.spec is not spec:
+                current.app.set_spec(spec)
+
+    def _add(self, spec: ClusterSpec) -> None:
+        service = HeadService(
+            spec=spec,
+            cluster_pki=cluster_pki(self.state_dir, spec, self.clock.now()),
+            host=self.controller,
+            ledger=self.journal,
+            provider=self.controller.provider,
+            lineage=self.journal.lineage,
+            clock=self.clock,
+        )
+        url = self.vast_url or str(getattr(self.controller.provider, "base_url", ""))
+        self.launchers[spec.name] = service.launcher(
+            vast_url=url, clock=self.clock, forbidden=self.secrets, agent_env=self.agent_env
+        )
+        service.start()
+        self.services[spec.name] = service
+
+    def stop(self) -> None:
+        for name in sorted(self.services):
+            self.services.pop(name).stop()
+
+    def alert_repeats(self) -> dict[tuple[str, str], int]:
+        """Every head's alerts not added again (for the metrics)."""
+        out: dict[tuple[str, str], int] = {}
+        for service in self.services.values():
+            for key, n in service.alert_repeats().items():
+                out[key] = out.get(key, 0) + n
+        return out
+
+
 def head_extension(
     *,
     state_dir: Path,
@@ -59,27 +129,19 @@ def head_extension(
     secrets: tuple[str, ...],
     agent_env: Mapping[str, str] | None = None,
 ) -> Extension:
-    """Builds the head services and their launchers once the controller exists."""
+    """Builds the head services and their launchers once the controller exists; they follow
+    every reload of the specs (`HeadServices.reload`)."""
 
     def build(controller: Controller, journal: Journal) -> tuple[Launcher, list[Service]]:
-        launchers: dict[str, Launcher] = {}
-        services: list[Service] = []
-        for spec in controller.specs.values():
-            service = HeadService(
-                spec=spec,
-                cluster_pki=cluster_pki(state_dir, spec, clock.now()),
-                host=controller,
-                ledger=journal,
-                provider=controller.provider,
-                lineage=journal.lineage,
-                clock=clock,
-            )
-            url = vast_url or str(getattr(controller.provider, "base_url", ""))
-            launchers[spec.name] = service.launcher(
-                vast_url=url, clock=clock, forbidden=secrets, agent_env=agent_env
-            )
-            service.start()
-            services.append(service)
-        return ByCluster(launchers, ImageLauncher()), services
+        heads = HeadServices(
+            controller,
+            journal,
+            state_dir=state_dir,
+            clock=clock,
+            vast_url=vast_url,
+            secrets=secrets,
+            agent_env=agent_env,
+        )
+        return heads.launcher, [heads]
 
     return build

@@ -50,6 +50,15 @@ class Service(Protocol):
 
 
 @runtime_checkable
+class Reloadable(Protocol):
+    """A service that follows a reload of the specs (a cluster added, changed, removed)."""
+
+    def stop(self) -> None: ...
+
+    def reload(self, specs: Mapping[str, ClusterSpec]) -> None: ...
+
+
+@runtime_checkable
 class AlertCounting(Protocol):
     """A service that counts the alerts it did not add again (the head: the same alert within a
     minute), for the metrics."""
@@ -126,7 +135,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     try:
         while not options.stop.is_set():
             try:
-                _reload(options.source, controller, deps, logger)
+                _reload(options.source, controller, deps, logger, services)
                 take_orders(deps.state_dir, controller, logger)
                 started = time.monotonic()
                 report = controller.tick()
@@ -167,7 +176,13 @@ def _sleep(deps: Deps, stop: threading.Event, seconds: float) -> None:
         stop.wait(max(seconds, 0.05))
 
 
-def _reload(source: SpecSource, controller: Controller, deps: Deps, logger: logging.Logger) -> None:
+def _reload(
+    source: SpecSource,
+    controller: Controller,
+    deps: Deps,
+    logger: logging.Logger,
+    services: Sequence[Service] = (),
+) -> None:
     try:
         loaded = source.poll()
     except GitError as exc:
@@ -189,6 +204,9 @@ def _reload(source: SpecSource, controller: Controller, deps: Deps, logger: logg
             )
         return
     controller.set_specs({s.name: s for s in loaded.clusters}, revision=source.revision)
+    for service in services:  # what depends on the specs follows them (the head services)
+        if isinstance(service, Reloadable):
+            service.reload(controller.specs)
     revision = f" at revision {source.revision}" if source.revision else ""
     logger.info("specs reloaded%s: %s", revision, ", ".join(s.name for s in loaded.clusters))
 

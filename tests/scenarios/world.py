@@ -44,6 +44,7 @@ def cluster_text(
     node: str = "gpu",
     watchdogs: Mapping[str, int] | None = None,
     node_extra: Mapping[str, Any] | None = None,
+    head: str | None = None,
 ) -> str:
     text = textwrap.dedent(
         f"""\
@@ -67,6 +68,8 @@ def cluster_text(
         text += f"      {key}: {json.dumps(value)}\n"
     if watchdogs:
         text += "  watchdogs:\n" + "".join(f"    {k}: {v}\n" for k, v in watchdogs.items())
+    if head:
+        text += f"  {head}\n"
     return text
 
 

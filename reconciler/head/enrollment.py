@@ -279,7 +279,10 @@ def _token_check_failed(
     """The seed: a failed token check makes the head destroy that instance, when the request
     provably comes from it and it is ours; otherwise 403 and nothing else changes."""
     presenter = dec.by_vast_id(records, request.instance_id)
-    refusal = dec.Refusal(403, "token_check_failed", f"token check failed: {why}")
+    # the ledger keeps why; the sender learns only that it failed (the reason names instances
+    # and records, which is nothing to tell a stranger)
+    refusal = dec.Refusal(403, "token_check_failed", "token check failed")
+    why = f"token check failed: {why}"
     ours = (
         presenter is not None
         and dec.ours(presenter, cluster=cluster, lineage=lineage)
@@ -294,7 +297,7 @@ def _token_check_failed(
         note = dec.Note(
             LedgerKind.DETECTION,
             "token_check_failed",
-            f"instance {request.instance_id}: {refusal.message}; {what}, refused",
+            f"instance {request.instance_id}: {why}; {what}, refused",
             instance=request.instance_id,
             data={"boot_id": request.boot_id, "refused": "token_check_failed", "unproven": True},
         )
@@ -303,7 +306,7 @@ def _token_check_failed(
         note = dec.Note(
             LedgerKind.DETECTION,
             "token_check_failed",
-            f"instance {request.instance_id}: {refusal.message}; from "
+            f"instance {request.instance_id}: {why}; from "
             f"{peer or 'an unknown address'}, not the instance's address "
             f"({presenter.listed_ip or presenter.enrolled_from or 'none'}): refused, nothing "
             "changed",
@@ -311,7 +314,7 @@ def _token_check_failed(
             data={"boot_id": request.boot_id, "refused": "token_check_failed", "unproven": True},
         )
         return dec.Decision(records, (note,), (), refusal)
-    message = f"instance {request.instance_id}: {refusal.message} (from its own address {peer})"
+    message = f"instance {request.instance_id}: {why} (from its own address {peer})"
     updated = dec.put(records, dec.doomed(presenter, "token_check_failed", now))
     if presenter.cert_serial is not None:
         updated = dec.revoke(updated, presenter.cert_serial)

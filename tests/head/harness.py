@@ -49,6 +49,29 @@ KEY = "acct-key-7c1e9f0d2b44a9"
 ADMIN = "admin-key-51a0"
 IMAGE = "vastsim/agent-test:latest"
 LINEAGE = "5d2c1e0f-3b4a-4968-8a7b-0c1d2e3f4a5b"
+
+
+def hc_record(ident: str, *, created_at: float, **changes: Any) -> InstanceRecord:
+    """A record of the test cluster `hc` (a running candidate unless `changes` say otherwise):
+    the one builder the head's in-process tests share."""
+    base = InstanceRecord(
+        id=ident,
+        cluster="hc",
+        node_type="cpu",
+        managed_by=LINEAGE,
+        label=f"rv.hc.{LINEAGE[:8]}.{ident}",
+        role=Role.CANDIDATE,
+        intent=Intent.RUNNING,
+        phase=Phase.RUNNING,
+        created_at=created_at,
+        offer_id=1,
+        machine_id=1,
+        host_id=1,
+        dph_total=0.2,
+    )
+    return replace(base, **changes)
+
+
 CLUSTER = "hc"
 ROOT = Path(__file__).resolve().parents[2]
 

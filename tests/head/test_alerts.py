@@ -29,7 +29,7 @@ from reconciler.model.records import Alert, InstanceRecord, Intent, Phase, Recor
 from reconciler.state.ledger import LedgerKind
 from reconciler.watch import logs as watch_logs
 
-from .harness import LINEAGE, cluster_spec
+from .harness import LINEAGE, cluster_spec, hc_record
 
 SPEC = cluster_spec()
 NOW = 1_800_000_000.0
@@ -66,20 +66,11 @@ class Head:
 
 
 def worker(ident: str, vast_id: int) -> InstanceRecord:
-    return InstanceRecord(
-        id=ident,
-        cluster="hc",
-        node_type="cpu",
-        managed_by=LINEAGE,
-        label=f"rv.hc.{LINEAGE[:8]}.{ident}",
-        role=Role.WORKER,
-        intent=Intent.RUNNING,
-        phase=Phase.SERVING,
+    return hc_record(
+        ident,
         created_at=NOW - 600,
-        offer_id=1,
-        machine_id=1,
-        host_id=1,
-        dph_total=0.2,
+        role=Role.WORKER,
+        phase=Phase.SERVING,
         vast_id=vast_id,
         listed_ip=f"203.0.113.{vast_id % 250}",  # vast's latest listing
     )

@@ -55,7 +55,7 @@ from reconciler.model.records import (
 )
 from reconciler.state.ledger import LedgerWriter, read_ledger
 
-from .harness import LINEAGE, cluster_spec
+from .harness import LINEAGE, cluster_spec, hc_record
 
 SPEC = cluster_spec()
 NOW = 1_800_000_000.0
@@ -76,24 +76,12 @@ WORKER_TOKEN = "worker-i7-real-join-token-used-0123456789abcdef"
 
 
 def record(ident: str, vast_id: int, **changes: Any) -> InstanceRecord:
-    base = InstanceRecord(
-        id=ident,
-        cluster="hc",
-        node_type="cpu",
-        managed_by=LINEAGE,
-        label=f"rv.hc.{LINEAGE[:8]}.{ident}",
-        role=Role.CANDIDATE,
-        intent=Intent.RUNNING,
-        phase=Phase.RENTING,
-        created_at=NOW - 600,
-        offer_id=1,
-        machine_id=1,
-        host_id=1,
-        dph_total=0.2,
-        vast_id=vast_id,
-        listed_ip=f"203.0.113.{vast_id % 250}",
-    )
-    return replace(base, **changes)
+    defaults: dict[str, Any] = {
+        "phase": Phase.RENTING,
+        "vast_id": vast_id,
+        "listed_ip": f"203.0.113.{vast_id % 250}",
+    }
+    return hc_record(ident, created_at=NOW - 600, **{**defaults, **changes})
 
 
 class RecordingDestroyer(Destroyer):

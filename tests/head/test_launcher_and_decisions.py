@@ -26,7 +26,7 @@ from reconciler.model.records import (
     Slot,
 )
 
-from .harness import KEY, LINEAGE, cluster_spec
+from .harness import KEY, LINEAGE, cluster_spec, hc_record
 
 SPEC = cluster_spec()
 NOW = 1_800_000_000.0
@@ -46,24 +46,7 @@ def launcher(**kw) -> AgentLauncher:
 
 
 def candidate(ident: str, request: str = "q1", vast_id: int | None = None, **kw) -> InstanceRecord:
-    return InstanceRecord(
-        id=ident,
-        cluster="hc",
-        node_type="cpu",
-        managed_by=LINEAGE,
-        label=f"rv.hc.{LINEAGE[:8]}.{ident}",
-        role=Role.CANDIDATE,
-        intent=Intent.RUNNING,
-        phase=Phase.RUNNING,
-        created_at=NOW - 60,
-        offer_id=1,
-        machine_id=1,
-        host_id=1,
-        dph_total=0.2,
-        request_id=request,
-        vast_id=vast_id,
-        **kw,
-    )
+    return hc_record(ident, created_at=NOW - 60, request_id=request, vast_id=vast_id, **kw)
 
 
 def test_the_create_request_boots_the_bootloader_with_the_head_settings():

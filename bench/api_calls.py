@@ -144,7 +144,7 @@ def world(instances: int, *, real_store: bool = False) -> Iterator[Fleet]:
         ) as f:
             if not real_store:
                 j = f.controller.journal
-                f.controller.journal = TypedJournal(j.store, j.ledger, j.snapshot)
+                f.controller.use_journal(TypedJournal(j.store, j.ledger, j.snapshot))
             yield f
     finally:
         tempfile.tempdir = old

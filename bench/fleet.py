@@ -737,7 +737,7 @@ def run(config: Config, policy: Policy, *, real_store: bool = False) -> PolicyRe
     with _temporary_files_in_memory(), fleet(spec_for(config, policy), market=market(config)) as f:
         if not real_store:
             j = f.controller.journal
-            f.controller.journal = TypedJournal(j.store, j.ledger, j.snapshot)
+            f.controller.use_journal(TypedJournal(j.store, j.ledger, j.snapshot))
         policy.apply(f.controller)
         scenario = Scenario(
             config,

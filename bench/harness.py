@@ -8,8 +8,8 @@ cluster a head: its PKI (`reconciler.watch.headside.cluster_pki`), its `HeadApp`
 decisions, the records lock, the ledger) called in-process, and its launcher
 (`reconciler.head.service.launcher_for`), so every rent carries the bootloader, a real join
 token, the CA and the head's address in its environment, as on vast. The head's own destroys
-(extra candidates, failed token checks) are carried out at once on the virtual clock
-(`SyncDestroyer`) instead of by the destroyer's thread.
+(extra candidates, failed token checks) go to the controller's one applier, carried out at once
+on the virtual clock (`Applier.in_caller`) instead of on the applier's thread.
 
 Inside each container runs the agent's state machine (`bench.agents`): nothing plays a worker by
 hand. A test or a benchmark makes a machine fail only at the boundary, per instance
@@ -39,8 +39,6 @@ from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints
 from reconciler.head.app import HeadApp
-from reconciler.head.decisions import Destroy
-from reconciler.head.destroyer import Destroyer
 from reconciler.head.service import launcher_for
 from reconciler.model.codec import encode
 from reconciler.model.observation import NodeKey
@@ -86,14 +84,6 @@ class DemandSignals(AgentSignals):
 
     def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]:
         return self.demand_at(self.clock.now()) if self.clock else {}
-
-
-class SyncDestroyer(Destroyer):
-    """The head's destroyer, carrying each destroy out at once: on virtual time there is no
-    thread to hand it to (the agent that enrolled is answered after the call, not before)."""
-
-    def submit(self, destroy: Destroy) -> None:
-        self.carry_out(destroy)
 
 
 class ControllerLedger:
@@ -265,19 +255,12 @@ def _heads(
         while {(head.address, enroll), (head.address, beat)} & taken:
             enroll, beat = enroll + PORT_STEP, beat + PORT_STEP
         taken |= {(head.address, enroll), (head.address, beat)}
-        destroyer = SyncDestroyer(
-            cluster=spec.name,
-            provider=controller.provider,
-            host=controller,
-            ledger=ledger,
-            clock=clock,
-        )
         heads[spec.name] = HeadApp(
             spec=spec,
             cluster_pki=cluster_pki(state_dir, spec, clock.now()),
             host=controller,
             ledger=ledger,
-            destroyer=destroyer,
+            applier=controller.applier.in_caller(),
             lineage=controller.journal.lineage,
             clock=clock,
             endpoints=HeadEndpoints(head.address, head.ray_port, enroll, beat),

@@ -4,12 +4,20 @@ Intent is saved before every provider call and the outcome after it (DESIGN.md s
 saving must be cheap to call and impossible to forget. `Journal.save` writes the records as the next
 version of the snapshot it last wrote; `Journal.log` appends to the ledger. Both redact the secrets
 they were given.
+
+The records are shared: the watch controller's ticks, the head's enrollment and heartbeat handlers
+and the applier's threads all read and change them, behind the journal's one `RecordsLock`. The
+rule that keeps heartbeats answered while vast is slow (DESIGN.md 10, "One applier"): a decision
+and its intent are taken under the lock, the lock is released for the call to vast, and the
+outcome is recorded under it again. `RecordsLock.held_here` lets the applier check the rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from reconciler.model.codec import decode, encode
@@ -26,11 +34,50 @@ def records_of(snapshot: StateSnapshot | None) -> Records:
     return decode(Records, dict(snapshot.records))
 
 
+class RecordsLock:
+    """A re-entrant lock that knows whether the calling thread holds it (the applier refuses to
+    call vast while it does)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        if got:
+            self._owner = threading.get_ident()
+            self._depth += 1
+        return got
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+        self._lock.release()
+
+    def __enter__(self) -> RecordsLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def held_here(self) -> bool:
+        return self._owner == threading.get_ident()
+
+
 @dataclass
 class Journal:
     store: StateStore
     ledger: LedgerWriter
     snapshot: StateSnapshot
+    lock: RecordsLock = field(default_factory=RecordsLock)
     # The typed records of `snapshot`, decoded once per version rather than on every read.
     _decoded: tuple[int, Records] | None = None
 
@@ -43,17 +90,27 @@ class Journal:
         return self.snapshot.serial
 
     def records(self) -> Records:
-        key = id(self.snapshot)
-        if self._decoded is None or self._decoded[0] != key:
-            self._decoded = (key, records_of(self.snapshot))
-        return self._decoded[1]
+        with self.lock:
+            key = id(self.snapshot)
+            if self._decoded is None or self._decoded[0] != key:
+                self._decoded = (key, records_of(self.snapshot))
+            return self._decoded[1]
 
     def save(self, records: Records) -> None:
         """Write `records` as the next state version; nothing is written when nothing changed."""
-        if records == self.records():
-            return
-        self.snapshot = self.store.write(encode(records), based_on=self.snapshot)
-        self._decoded = (id(self.snapshot), records)
+        with self.lock:
+            if records == self.records():
+                return
+            self.snapshot = self.store.write(encode(records), based_on=self.snapshot)
+            self._decoded = (id(self.snapshot), records)
+
+    def update(self, change: Callable[[Records], Records]) -> Records:
+        """Change the current records and save them, in one hold of the lock (so a change made
+        meanwhile by another thread is never overwritten)."""
+        with self.lock:
+            updated = change(self.records())
+            self.save(updated)
+            return updated
 
     def log(
         self,

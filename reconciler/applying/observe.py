@@ -7,7 +7,7 @@ listing error is returned as "unknown", never as an empty listing.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from reconciler.applying.provider import Provider
 from reconciler.applying.search import offer_search
@@ -81,32 +81,41 @@ def observe_and_plan(
     demand: Mapping[NodeKey, int] | None = None,
     sweep_orphans: bool = True,
     declared: Collection[str] | None = None,
+    settle: Settle | None = None,
 ) -> Plan:
     """List, plan without offers, search where candidates were wanted, plan again. `declared`:
-    every cluster of a completely loaded spec directory (those it lacks are pruned)."""
+    every cluster of a completely loaded spec directory (those it lacks are pruned).
+
+    `records` is what the listing is read against. `settle` runs the final planning on the records
+    as they are then (under the records lock, and commits it in the same hold), so the calls to
+    vast (listing, offer search) never hold the lock and nothing that changed meanwhile (a
+    heartbeat, an enrollment) is planned over; without it the final plan uses `records`."""
     seen = listing(provider, records)
     seen = Observation(seen.listing, demand=dict(demand or {}), listing_error=seen.listing_error)
-    first = make_plan(
-        specs,
-        seen,
-        records,
-        lineage=lineage,
-        serial=serial,
-        now=now,
-        sweep_orphans=sweep_orphans,
-        declared=declared,
-    )
+
+    def planned(observation: Observation) -> Callable[[Records], Plan]:
+        def on(current: Records) -> Plan:
+            return make_plan(
+                specs,
+                observation,
+                current,
+                lineage=lineage,
+                serial=serial,
+                now=now,
+                sweep_orphans=sweep_orphans,
+                declared=declared,
+            )
+
+        return on
+
+    final: Settle = settle or (lambda plan_on: plan_on(records))
+    first = planned(seen)(records)
     if first.errored or not first.unmet:
-        return first
+        return final(planned(seen)) if settle else first
     offers, failed = search(provider, specs, {(u.cluster, u.node_type) for u in first.unmet})
     full = Observation(seen.listing, offers=offers, demand=seen.demand, search_errors=failed)
-    return make_plan(
-        specs,
-        full,
-        records,
-        lineage=lineage,
-        serial=serial,
-        now=now,
-        sweep_orphans=sweep_orphans,
-        declared=declared,
-    )
+    return final(planned(full))
+
+
+# Runs a planning step on the current records and commits its plan (see `observe_and_plan`).
+Settle = Callable[[Callable[[Records], Plan]], Plan]

@@ -24,8 +24,9 @@ How the pieces fit:
 - `ledger` is a `LedgerSink` (`Journal.log`'s signature).
 - Decisions are pure (`enrollment.enroll`, `heartbeats.heartbeat`, `reports.report`): records and
   a message in, new records plus notes, destroys and a refusal out.
-- The head's own destroys (extra candidates when a request fills, a failed token check) go through
-  the `Provider` on the `Destroyer`'s thread: intent saved first, outcome after.
+- The head's own destroys (extra candidates when a request fills, a failed token check) are plan
+  actions handed to the one applier (`reconciler.applying.applier`), whose thread makes the calls:
+  intent saved first (in the decision), outcome after.
 - The latest utilisation sample of each worker lands on its record (`sample_at`, `sample_busy`).
 - The Ray head must run with `RAY_AUTH_MODE=token` and the token file
   `RAY_AUTH_TOKEN_PATH=pki.ray_auth_token_path`: the token every worker is given.

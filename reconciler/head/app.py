@@ -4,7 +4,7 @@
 call in-process. Each handler parses and validates the message against its schema, takes the
 records lock, runs the pure decision, saves the records it returns, writes its notes to the ledger
 (in order, under the same lock) and answers. The destroys a decision asks for are handed to the
-`Destroyer`'s thread, so the agent is answered at once and the calls still go out at once.
+one applier's thread, so the agent is answered at once and the calls still go out at once.
 
 Every detection the head notes goes through the one routing table (DESIGN.md rule 8), as the
 nets' do: when its class alerts a human (a failed token check, a malformed agent message, a class
@@ -27,8 +27,7 @@ from reconciler.head import enrollment, heartbeats, limits, messages, pki, repor
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints, PortPlan, enroll_answer
 from reconciler.head.decisions import Decision, Note, Refusal
-from reconciler.head.destroyer import Destroyer
-from reconciler.head.shared import LedgerSink, RecordsHost
+from reconciler.head.shared import LedgerSink, RecordsHost, Submits
 from reconciler.model.records import Alert, Records
 from reconciler.model.routing import route
 from reconciler.model.spec import ClusterSpec
@@ -70,7 +69,7 @@ class HeadApp:
         cluster_pki: pki.ClusterPki,
         host: RecordsHost,
         ledger: LedgerSink,
-        destroyer: Destroyer,
+        applier: Submits,
         lineage: str,
         clock: Clock,
         endpoints: HeadEndpoints,
@@ -81,7 +80,7 @@ class HeadApp:
         self.pki = cluster_pki
         self.host = host
         self.ledger = ledger
-        self.destroyer = destroyer
+        self.applier = applier
         self.lineage = lineage
         self.clock = clock
         self.endpoints = endpoints
@@ -306,7 +305,7 @@ class HeadApp:
     ) -> Decision[T]:
         """Run a decision on the current records, save what it changed, write its notes (all
         under the records lock, so the ledger's order is the decisions' order), then hand its
-        destroys to the destroyer. Notes of unproven traffic (the decision changed nothing) go to
+        destroys to the applier. Notes of unproven traffic (the decision changed nothing) go to
         the tally instead, outside the lock."""
         with self.host.lock:
             before = self.host.records()
@@ -318,8 +317,7 @@ class HeadApp:
         unproven = [n for n in decision.notes if n.data.get("unproven")]
         if unproven:
             self._unproven(unproven, peer)
-        for destroy in decision.destroys:
-            self.destroyer.submit(destroy)
+        self.applier.submit(decision.destroys)
         return decision
 
     def _detected(self, note: Note) -> None:

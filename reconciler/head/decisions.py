@@ -3,7 +3,8 @@
 The head's decisions (`enrollment`, `heartbeats`, `reports`) are pure functions
 `(records, message, now) -> Decision`. The service applies a decision under the one lock it shares
 with the watch controller: it saves the records, writes the notes to the ledger, answers the agent,
-and hands the destroys to a worker thread. Keeping the effects as data is what lets a test check
+and hands the destroys (plan actions, as every change at vast is) to the one applier. Keeping
+the effects as data is what lets a test check
 "the extra candidates are destroyed" without a network, and the service do it without thinking.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
+from reconciler.model.plan import Action, ActionKind
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records
 from reconciler.state.ledger import LedgerKind
 
@@ -32,17 +34,6 @@ class Note:
 
 
 @dataclass(frozen=True)
-class Destroy:
-    """A provider destroy to carry out; the record is already `destroying` in the decision's
-    records (intent before the call), and is marked destroyed once vast confirms."""
-
-    record_id: str
-    vast_id: int | None
-    cls: str
-    message: str
-
-
-@dataclass(frozen=True)
 class Refusal:
     """A non-200 answer to the agent (agent-error.v1.json)."""
 
@@ -55,7 +46,9 @@ class Refusal:
 class Decision(Generic[T]):
     records: Records
     notes: tuple[Note, ...] = ()
-    destroys: tuple[Destroy, ...] = ()
+    # Plan actions for the one applier (DESTROY only): the record is already `destroying` in
+    # `records` (intent before the call), and is marked destroyed once vast confirms.
+    destroys: tuple[Action, ...] = ()
     refusal: Refusal | None = None
     outcome: T | None = None
 
@@ -74,6 +67,23 @@ def doomed(record: InstanceRecord, reason: str, now: float) -> InstanceRecord:
         phase=Phase.DESTROYING,
         ended_reason=reason,
         ended_at=record.ended_at or now,
+    )
+
+
+def destroy(record: InstanceRecord, cls: str, detail: str) -> Action:
+    """The plan action that ends this machine (the head's immediate destroys)."""
+    return Action(
+        ActionKind.DESTROY,
+        record.cluster,
+        cls,
+        detail,
+        node_type=record.node_type,
+        record=record.id,
+        vast_id=record.vast_id,
+        request=record.request_id,
+        label=record.label,
+        host_id=record.host_id,
+        dph_delta=-record.billing_dph,
     )
 
 

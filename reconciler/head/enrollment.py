@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from reconciler.head import decisions as dec
 from reconciler.head import tokens
 from reconciler.head.messages import EnrollRequest
+from reconciler.model.plan import Action
 from reconciler.model.records import (
     BreakerState,
     InstanceRecord,
@@ -188,7 +189,7 @@ def _admit(
             },
         )
     ]
-    destroys: list[dec.Destroy] = []
+    destroys: list[Action] = []
     if filled:
         updated, extra_notes, destroys = _end_extras(updated, closed, keep=record.id, now=now)
         notes += extra_notes
@@ -198,10 +199,10 @@ def _admit(
 
 def _end_extras(
     records: Records, request: Request, *, keep: str, now: float
-) -> tuple[Records, list[dec.Note], list[dec.Destroy]]:
+) -> tuple[Records, list[dec.Note], list[Action]]:
     """Every other live candidate of a request whose slots are all filled: destroyed at once."""
     notes: list[dec.Note] = []
-    destroys: list[dec.Destroy] = []
+    destroys: list[Action] = []
     for other in list(records.instances.values()):
         if (
             other.id == keep
@@ -213,16 +214,7 @@ def _end_extras(
             continue
         message = f"request {request.id} has a worker in every slot"
         records = dec.put(records, dec.doomed(other, "extra_candidate", now))
-        destroys.append(dec.Destroy(other.id, other.vast_id, "extra_candidate", message))
-        notes.append(
-            dec.Note(
-                LedgerKind.DECISION,
-                "extra_candidate",
-                f"destroy: {message}",
-                record=other.id,
-                instance=other.vast_id,
-            )
-        )
+        destroys.append(dec.destroy(other, "extra_candidate", message))
     return records, notes, destroys
 
 
@@ -327,15 +319,8 @@ def _token_check_failed(
             instance=request.instance_id,
             data={"boot_id": request.boot_id, "refused": "token_check_failed", "peer": peer},
         ),
-        dec.Note(
-            LedgerKind.DECISION,
-            "token_check_failed",
-            "destroy: the token check failed",
-            record=presenter.id,
-            instance=request.instance_id,
-        ),
     )
-    destroy = dec.Destroy(presenter.id, presenter.vast_id, "token_check_failed", message)
+    destroy = dec.destroy(presenter, "token_check_failed", "the token check failed")
     return dec.Decision(updated, notes, (destroy,), refusal)
 
 

@@ -22,8 +22,9 @@ app's `refused_handshake`, which notes refusals in aggregate (a ledger line a mi
 source and class); the hand-over goes through a queue and a thread of its own, so neither the
 accept loop nor a connection ever waits for the records lock or the ledger's fsync.
 
-`HeadService` builds the app, its destroyer and both servers from what the watch controller has
-(spec, PKI, records host, ledger, provider) and runs them until `stop`.
+`HeadService` builds the app and both servers from what the watch controller has (spec, PKI,
+records host, ledger, and the controller's one applier) and runs them until `stop`. A head run
+alone (tests, a head without `watch`) gets an applier of its own over its provider.
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from reconciler.applying.applier import Applier
+from reconciler.applying.books import HostBooks
 from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.head import tls
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints, PortPlan
 from reconciler.head.app import Answer, HeadApp, json_answer
-from reconciler.head.destroyer import Destroyer
 from reconciler.head.launcher import AgentLauncher
 from reconciler.head.messages import MAX_BODY
 from reconciler.head.pki import ClusterPki
@@ -518,9 +520,10 @@ class HeadService:
         cluster_pki: ClusterPki,
         host: RecordsHost,
         ledger: LedgerSink,
-        provider: Provider,
         lineage: str,
         clock: Clock,
+        provider: Provider | None = None,
+        applier: Applier | None = None,
         agent: AgentBundle | None = None,
         ports: PortPlan | None = None,
         bind_host: str = "0.0.0.0",  # noqa: S104 - workers reach the head over the internet
@@ -528,16 +531,26 @@ class HeadService:
         heartbeat_port: int | None = None,
         limits: Limits = LIMITS,
     ) -> None:
-        self.destroyer = Destroyer(
-            cluster=spec.name, provider=provider, host=host, ledger=ledger, clock=clock
-        )
+        if applier is None:
+            if provider is None:
+                raise ValueError("a head service needs the controller's applier or a provider")
+            applier = Applier(
+                provider=provider,
+                books=HostBooks(host, ledger, lineage),
+                now=clock.now,
+                specs=lambda: {self.app.spec.name: self.app.spec},
+            )
+            self._own_applier: Applier | None = applier
+        else:
+            self._own_applier = None
+        self.applier = applier
         bundle = agent if agent is not None else AgentBundle.load()
         self.app = HeadApp(
             spec=spec,
             cluster_pki=cluster_pki,
             host=host,
             ledger=ledger,
-            destroyer=self.destroyer,
+            applier=applier,
             lineage=lineage,
             clock=clock,
             endpoints=HeadEndpoints(spec.head.address, spec.head.ray_port, 0, 0),
@@ -641,7 +654,6 @@ class HeadService:
             )
             thread.start()
             self._threads.append(thread)
-        self.destroyer.start()
 
     def stop_heartbeats(self) -> None:
         """Close port B alone (the head's heartbeat service is down; enrollment stays up)."""
@@ -654,7 +666,8 @@ class HeadService:
             thread.join(timeout=5)
         self._threads.clear()
         self._refusals.stop()
-        self.destroyer.stop()
+        if self._own_applier is not None:
+            self._own_applier.stop()
 
     def _close(self, server: _TlsServer) -> None:
         if server.socket.fileno() < 0:

@@ -9,18 +9,19 @@ tests.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from reconciler.applying.journal import RecordsLock
 from reconciler.clock import Clock
+from reconciler.model.plan import Action
 from reconciler.model.records import Records
 from reconciler.state.ledger import LedgerKind
 
 
 class RecordsHost(Protocol):
     @property
-    def lock(self) -> threading.RLock: ...
+    def lock(self) -> RecordsLock: ...
 
     def records(self) -> Records: ...
 
@@ -34,10 +35,10 @@ class SharedRecords:
         self._records = records
         self._save = save
         self._clock = clock
-        self._lock = threading.RLock()
+        self._lock = RecordsLock()
 
     @property
-    def lock(self) -> threading.RLock:
+    def lock(self) -> RecordsLock:
         return self._lock
 
     def records(self) -> Records:
@@ -68,3 +69,9 @@ class LedgerSink(Protocol):
         dph: float | None = None,
         data: Mapping[str, Any] | None = None,
     ) -> None: ...
+
+
+class Submits(Protocol):
+    """Where the head hands its destroys: the one applier (`reconciler.applying.applier`)."""
+
+    def submit(self, actions: Sequence[Action]) -> None: ...

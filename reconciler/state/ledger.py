@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -230,6 +231,7 @@ class LedgerWriter:
         self._clock = clock
         self._secrets = secrets
         self._seq = self._recover(fd)
+        self._appending = threading.Lock()
 
     @classmethod
     def open(cls, path: Path, *, clock: Clock, secrets: Iterable[str] = ()) -> Self:
@@ -284,20 +286,21 @@ class LedgerWriter:
 
     def append_all(self, events: Iterable[LedgerEvent]) -> list[LedgerEntry]:
         """Append several entries with a single write and a single fsync."""
-        fd = self._require_open()
-        entries: list[LedgerEntry] = []
-        for event in events:
-            entries.append(self._stamp(event, self._seq + len(entries) + 1))
-        if not entries:
+        with self._appending:  # the applier's threads and the head's handlers share one writer
+            fd = self._require_open()
+            entries: list[LedgerEntry] = []
+            for event in events:
+                entries.append(self._stamp(event, self._seq + len(entries) + 1))
+            if not entries:
+                return entries
+            try:
+                write_all(fd, b"".join(encode_line(e) for e in entries))
+                self._sync(fd)
+            except BaseException:
+                self._seq = self._recover(fd)  # a partial write: mend it and learn where we are
+                raise
+            self._seq = entries[-1].seq
             return entries
-        try:
-            write_all(fd, b"".join(encode_line(e) for e in entries))
-            self._sync(fd)
-        except BaseException:
-            self._seq = self._recover(fd)  # a partial write: mend it and learn where we are
-            raise
-        self._seq = entries[-1].seq
-        return entries
 
     def _stamp(self, event: LedgerEvent, seq: int) -> LedgerEntry:
         """The entry for `event`: timed, numbered, secrets masked, and checked before writing."""

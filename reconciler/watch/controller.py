@@ -2,9 +2,14 @@
 
 It holds the records (through the journal) behind one lock, so the head's enrollment and heartbeat
 handlers and the nets see and change the same state. A tick is: reconcile when due (one listing,
-the planner, the executor), then each due net on the records, their detections written to the
-ledger and routed through the one table into a plan for the same executor. The clock is injected;
+the planner, the one applier), then each due net on the records, their detections written to the
+ledger and routed through the one table into a plan for the same applier. The clock is injected;
 the loop that sleeps between ticks is `run`.
+
+The lock is held only to decide: a listing, an offer search and a read of Ray are made without
+it, the planner and the nets run under it on the records as they are then and their plan's
+bookkeeping is saved in the same hold, and the applier makes the calls to vast after it is
+released. An enrollment or a heartbeat waits for a decision (milliseconds), never for vast.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
-from reconciler.applying.executor import ApplyResult, Executor
-from reconciler.applying.journal import Journal
+from reconciler.applying.applier import Applier
+from reconciler.applying.executor import ApplyResult
+from reconciler.applying.journal import Journal, RecordsLock
 from reconciler.applying.launch import Launcher
 from reconciler.applying.observe import observe_and_plan
 from reconciler.applying.provider import Provider
@@ -138,7 +144,6 @@ class Controller:
     clock: Clock
     signals: Signals = field(default_factory=AgentSignals)
     progress: Callable[[str], None] = lambda line: None
-    lock: threading.RLock = field(default_factory=threading.RLock)
     schedules: dict[str, Schedule] = field(default_factory=dict)
     detections_by_net: dict[str, int] = field(default_factory=dict)
     # The machine nets and the idle scanner, by job name; the benchmarks swap in other policies.
@@ -160,9 +165,29 @@ class Controller:
     failing: dict[str, Failing] = field(default_factory=dict)
     _shared_failing: set[str] = field(default_factory=set)
     _failed_now: set[str] = field(default_factory=set)  # the clusters that failed this tick
+    applier: Applier = field(init=False)
 
     def __post_init__(self) -> None:
+        self.applier = Applier(
+            provider=self.provider,
+            books=self.journal,
+            now=self.clock.now,
+            specs=lambda: self.specs,
+            launcher_of=lambda: self.launcher,
+            progress=self._say,
+            on_result=self._ended,
+        )
         self.set_specs(self.specs)
+
+    def use_journal(self, journal: Journal) -> None:
+        """Keep the records in another journal from now on (a benchmark's faster one)."""
+        self.journal = journal
+        self.applier.books = journal
+
+    @property
+    def lock(self) -> RecordsLock:
+        """The records lock (the journal's): held to decide, never across a call to vast."""
+        return self.journal.lock
 
     def set_specs(self, specs: Mapping[str, ClusterSpec], *, revision: str | None = None) -> None:
         """New desired state (a spec file changed): reconcile the changed clusters at the next
@@ -204,27 +229,28 @@ class Controller:
             return updated
 
     def execute(self, plan: Plan) -> ApplyResult:
-        """Carry out a plan with the one executor (the head uses this for immediate destroys).
+        """Save a plan's bookkeeping and carry it out with the one applier (outside the lock).
         Alerts are said in the log as well as kept for `status`."""
+        self._say_alerts(plan)
+        self.applier.commit(plan)
+        return self.applier.carry_out(plan.actions)
+
+    def _say(self, line: str) -> None:
+        self.progress(line)  # looked up at each call: the runner may set `progress` later
+
+    def _say_alerts(self, plan: Plan) -> None:
         for note in plan.notes:
             if note.startswith("ALERT"):
                 self.progress(note)
-        with self.lock:
-            executor = Executor(
-                provider=self.provider,
-                journal=self.journal,
-                launcher=self.launcher,
-                specs=self.specs,
-                now=self.clock.now,
-                progress=self.progress,
-            )
-            result = executor.apply(plan)
-            self._wake |= {
-                a.cluster
-                for a in result.done
-                if a.kind is ActionKind.DESTROY and a.cluster in self.specs
-            }
-            return result
+
+    def _ended(self, result: ApplyResult) -> None:
+        """A machine of a cluster ended (whoever's plan it was): list the cluster again at once,
+        its slot may need a replacement."""
+        self._wake |= {
+            a.cluster
+            for a in result.done
+            if a.kind is ActionKind.DESTROY and a.cluster in self.specs
+        }
 
     # --- one tick ------------------------------------------------------------------------------
 
@@ -232,46 +258,43 @@ class Controller:
         """Every due job of every cluster. A cluster whose part raises (its listing and plan, its
         nets) is logged with the traceback, ledgered once and retried with backoff; the other
         clusters go on in the same tick. A signal or prune that raises counts as unknown."""
-        with self.lock:
-            now = self.clock.now()
-            report = TickReport(now)
-            self._failed_now = set()
-            due: dict[str, list[str]] = {}
-            for name, schedule in self.schedules.items():
-                failing = self.failing.get(name)
-                if failing is not None and now < failing.retry_at:
-                    continue  # sits out until its retry; its jobs stay due
-                try:
-                    due[name] = self._due(name, schedule, now)
-                except Exception as exc:
-                    self._cluster_failed(name, "schedule", exc, now)
-            report.jobs = due
-            ran: dict[str, list[str]] = {
-                name: [j for j in jobs if j not in LISTING_JOBS] for name, jobs in due.items()
-            }
-            if any("reconcile" in jobs for jobs in due.values()) or self._pruning_due(now):
-                self._shared("token_prune", lambda: self.mutate(tokens.prune), None)
-                self._shared("retention_prune", lambda: self.mutate(retention.prune), None)
-                listed = self._reconcile_contained(now, due, report)
-                for name, jobs in listed.items():
-                    ran.setdefault(name, []).extend(jobs)
-                for name, jobs in due.items():
-                    missed = [
-                        j for j in jobs if j in LISTING_JOBS and j not in listed.get(name, [])
-                    ]
-                    if missed and name in self.schedules and name not in self._failed_now:
-                        self.schedules[name].retry(missed, now, LISTING_RETRY_SECONDS)
-            self._shared("ray_work", lambda: self._update_pins(now), None)
-            self._run_nets(now, {n: j for n, j in due.items() if n not in self._failed_now}, report)
-            self._shared("revocation", lambda: self.mutate(revocation.revoke_ended), None)
-            for name, jobs in ran.items():
-                if name in self.schedules and name not in self._failed_now:
-                    self.schedules[name].ran(jobs, now)
-            for name in due:
-                if name in self.failing and name not in self._failed_now:
-                    self._recovered(name, now)
-            report.records = self.journal.records()
-            return report
+        now = self.clock.now()
+        report = TickReport(now)
+        self._failed_now = set()
+        due: dict[str, list[str]] = {}
+        for name, schedule in self.schedules.items():
+            failing = self.failing.get(name)
+            if failing is not None and now < failing.retry_at:
+                continue  # sits out until its retry; its jobs stay due
+            try:
+                due[name] = self._due(name, schedule, now)
+            except Exception as exc:
+                self._cluster_failed(name, "schedule", exc, now)
+        report.jobs = due
+        ran: dict[str, list[str]] = {
+            name: [j for j in jobs if j not in LISTING_JOBS] for name, jobs in due.items()
+        }
+        if any("reconcile" in jobs for jobs in due.values()) or self._pruning_due(now):
+            self._shared("token_prune", lambda: self.mutate(tokens.prune), None)
+            self._shared("retention_prune", lambda: self.mutate(retention.prune), None)
+            listed = self._reconcile_contained(now, due, report)
+            for name, jobs in listed.items():
+                ran.setdefault(name, []).extend(jobs)
+            for name, jobs in due.items():
+                missed = [j for j in jobs if j in LISTING_JOBS and j not in listed.get(name, [])]
+                if missed and name in self.schedules and name not in self._failed_now:
+                    self.schedules[name].retry(missed, now, LISTING_RETRY_SECONDS)
+        self._shared("ray_work", lambda: self._update_pins(now), None)
+        self._run_nets(now, {n: j for n, j in due.items() if n not in self._failed_now}, report)
+        self._shared("revocation", lambda: self.mutate(revocation.revoke_ended), None)
+        for name, jobs in ran.items():
+            if name in self.schedules and name not in self._failed_now:
+                self.schedules[name].ran(jobs, now)
+        for name in due:
+            if name in self.failing and name not in self._failed_now:
+                self._recovered(name, now)
+        report.records = self.journal.records()
+        return report
 
     def _due(self, name: str, schedule: Schedule, now: float) -> list[str]:
         jobs = schedule.due(now)
@@ -500,6 +523,22 @@ class Controller:
         specs = [s for name, s in self.specs.items() if "reconcile" in due.get(name, [])]
         sweep = any("orphan_sweep" in due.get(s.name, []) for s in specs)
         demand = self._shared("ray_demand", lambda: self.signals.demand(self.specs), None)
+        held: list[tuple[str, str]] = []
+
+        def settle(plan_on: Callable[[Records], Plan]) -> Plan:
+            """Under the lock: the final plan on the records as they are now, the mass destroys
+            it holds back, its bookkeeping saved (the applier's calls come after the lock)."""
+            with self.lock:
+                plan = plan_on(self.journal.records())
+                if plan.errored:
+                    return plan
+                if not self.allow_mass_destroy:
+                    plan, found = guards.hold_mass_destroys(plan, self.journal.records())
+                    held.extend(found)
+                self._say_alerts(plan)
+                self.applier.commit(plan)
+                return plan
+
         plan = observe_and_plan(
             self.provider,
             specs,
@@ -510,6 +549,7 @@ class Controller:
             demand=demand or {},
             sweep_orphans=sweep,
             declared=set(self.specs) if self.prune else None,
+            settle=settle,
         )
         if plan.errored:
             for error in plan.errors:
@@ -521,12 +561,9 @@ class Controller:
             self.listed_at[spec.name] = now
             self._wake.discard(spec.name)
         self.listed_at[PRUNE_KEY] = now
-        held: list[tuple[str, str]] = []
-        if not self.allow_mass_destroy:
-            plan, held = guards.hold_mass_destroys(plan, self.journal.records())
-        report.results.append(self.execute(plan))
         for cluster, why in held:  # after the plan's records are saved, so they keep it
             self.raise_alert(cluster, "mass_destroy_refused", why, now=now)
+        report.results.append(self.applier.carry_out(plan.actions))
         return {s.name: ["reconcile", *(["orphan_sweep"] if sweep else [])] for s in specs}
 
     def raise_alert(
@@ -568,41 +605,64 @@ class Controller:
         self.mutate(pin)
 
     def _run_nets(self, now: float, due: Mapping[str, list[str]], report: TickReport) -> None:
-        """Each cluster's due nets on the records, then one plan for all they found. A cluster
-        whose nets raise is held back; when the shared plan raises, each cluster's findings are
-        planned and carried out on their own."""
-        records = self._with_probes(self.journal.records(), now)
-        busy: Mapping[str, bool | None] = self._shared(
-            "ray_busy", lambda: self.signals.busy(records, now), {}
+        """Each cluster's due nets on the records, then one plan for all they found. What Ray
+        says is read first, without the lock; the nets and the plan run under it on the records
+        as they are then, and the plan's calls are made after it. A cluster whose nets raise is
+        held back; when the shared plan raises, each cluster's findings are planned on their
+        own."""
+        seen = self.journal.records()
+        probes: Mapping[str, bool] = self._shared(
+            "ray_probes", lambda: self.signals.probes(seen), {}
         )
-        parts: dict[str, _NetFindings] = {}
-        for cluster, jobs in due.items():
-            try:
-                parts[cluster] = self._cluster_nets(cluster, jobs, records, now, busy)
-            except Exception as exc:
-                self._cluster_failed(cluster, "nets", exc, now)
-        merged = _NetFindings.merge(parts.values())
-        if merged.empty:
-            return
-        try:
-            self._act_on(merged, records, now, report)
-        except Exception as exc:
-            if len(parts) <= 1:
-                for cluster in parts:
-                    self._cluster_failed(cluster, "nets", exc, now)
-                return
-            log.warning(
-                "one plan for the nets' findings failed (%s: %s); each cluster on its own",
-                type(exc).__name__,
-                exc,
-            )
-            for cluster, part in parts.items():
-                if part.empty:
-                    continue
+        probed = _with_probes(seen, probes, now)
+        busy: Mapping[str, bool | None] = self._shared(
+            "ray_busy", lambda: self.signals.busy(probed, now), {}
+        )
+        demands = {
+            cluster: self._demand_of(cluster)
+            for cluster, jobs in due.items()
+            if any(j in POOL_JOBS for j in jobs) and cluster in self.specs
+        }
+        decided: list[tuple[_NetFindings, Records, Plan]] = []
+        with self.lock:
+            records = _with_probes(self.journal.records(), probes, now)
+            parts: dict[str, _NetFindings] = {}
+            for cluster, jobs in due.items():
                 try:
-                    self._act_on(part, self.journal.records(), now, report)
+                    parts[cluster] = self._cluster_nets(
+                        cluster, jobs, records, now, busy=busy, demand=demands.get(cluster)
+                    )
                 except Exception as exc:
                     self._cluster_failed(cluster, "nets", exc, now)
+            merged = _NetFindings.merge(parts.values())
+            if merged.empty:
+                return
+            try:
+                decided.append((merged, records, self._decide(merged, records, now)))
+            except Exception as exc:
+                if len(parts) <= 1:
+                    for cluster in parts:
+                        self._cluster_failed(cluster, "nets", exc, now)
+                    return
+                log.warning(
+                    "one plan for the nets' findings failed (%s: %s); each cluster on its own",
+                    type(exc).__name__,
+                    exc,
+                )
+                for cluster, part in parts.items():
+                    if part.empty:
+                        continue
+                    try:
+                        current = self.journal.records()
+                        decided.append((part, current, self._decide(part, current, now)))
+                    except Exception as exc:
+                        self._cluster_failed(cluster, "nets", exc, now)
+        for findings, before, plan in decided:
+            self._act_on(findings, before, plan, report)
+
+    def _demand_of(self, cluster: str) -> Mapping[NodeKey, int] | None:
+        specs = {cluster: self.specs[cluster]}
+        return self._shared(f"ray_demand of {cluster}", lambda: self.signals.demand(specs), None)
 
     def _cluster_nets(
         self,
@@ -610,7 +670,9 @@ class Controller:
         jobs: list[str],
         records: Records,
         now: float,
+        *,
         busy: Mapping[str, bool | None],
+        demand: Mapping[NodeKey, int] | None,
     ) -> _NetFindings:
         lineage = self.journal.lineage
         out = _NetFindings()
@@ -629,11 +691,6 @@ class Controller:
                 self._take(
                     net(current, specs, lineage=lineage, now=now), job, out.instances, out.found
                 )
-        demand = (
-            self._shared(f"ray_demand of {cluster}", lambda: self.signals.demand(specs), None)
-            if any(j in POOL_JOBS for j in jobs)
-            else None
-        )
         for result in _pool_jobs(
             records, self.specs[cluster], jobs, demand=demand, busy=busy, now=now
         ):
@@ -642,9 +699,28 @@ class Controller:
             out.pools.pools.update(result.pools)
         return out
 
+    def _decide(self, findings: _NetFindings, records: Records, now: float) -> Plan:
+        """Under the lock: the plan for what the nets found, its bookkeeping saved."""
+        plan = react(
+            records,
+            [*findings.found, *findings.pools.detections],
+            self.specs,
+            lineage=self.journal.lineage,
+            serial=self.journal.serial,
+            now=now,
+            instances=findings.instances,
+            requests=findings.pools.requests,
+            pools=findings.pools.pools,
+        )
+        self._say_alerts(plan)
+        self.applier.commit(plan)
+        return plan
+
     def _act_on(
-        self, findings: _NetFindings, records: Records, now: float, report: TickReport
+        self, findings: _NetFindings, records: Records, plan: Plan, report: TickReport
     ) -> None:
+        """After the lock: say what the nets found, take lost workers out of Ray's rotation,
+        and carry the plan out."""
         found = [*findings.found, *findings.pools.detections]
         instances = findings.instances
         self._announce(found, records, instances)
@@ -652,18 +728,7 @@ class Controller:
         # a lost worker is no longer capacity: plan its replacement now, not at the next cadence
         self._wake |= {d_cluster for d_cluster in self._clusters_of(found, "lost", instances)}
         report.detections += found
-        plan = react(
-            records,
-            found,
-            self.specs,
-            lineage=self.journal.lineage,
-            serial=self.journal.serial,
-            now=now,
-            instances=instances,
-            requests=findings.pools.requests,
-            pools=findings.pools.pools,
-        )
-        report.results.append(self.execute(plan))
+        report.results.append(self.applier.carry_out(plan.actions))
 
     def _clusters_of(
         self, found: list[Detection], cls: str, updates: Mapping[str, InstanceRecord]
@@ -707,19 +772,6 @@ class Controller:
             self.detections_by_net[net] = self.detections_by_net.get(net, 0) + len(
                 result.detections
             )
-
-    def _with_probes(self, records: Records, now: float) -> Records:
-        """Our control-plane probe of each worker (Ray's view of its node), as `probe_ok_at`."""
-        ok: Mapping[str, bool] = self._shared(
-            "ray_probes", lambda: self.signals.probes(records), {}
-        )
-        if not ok:
-            return records
-        instances = {
-            rid: replace(r, probe_ok_at=now) if ok.get(rid) else r
-            for rid, r in records.instances.items()
-        }
-        return replace(records, instances=instances)
 
     def _announce(
         self, found: list[Detection], records: Records, updates: Mapping[str, InstanceRecord]
@@ -792,6 +844,17 @@ class _NetFindings:
             out.pools.requests.update(part.pools.requests)
             out.pools.pools.update(part.pools.pools)
         return out
+
+
+def _with_probes(records: Records, ok: Mapping[str, bool], now: float) -> Records:
+    """Our control-plane probe of each worker (Ray's view of its node), as `probe_ok_at`."""
+    if not ok:
+        return records
+    instances = {
+        rid: replace(r, probe_ok_at=now) if ok.get(rid) else r
+        for rid, r in records.instances.items()
+    }
+    return replace(records, instances=instances)
 
 
 def _request_cluster(records: Records, request_id: str) -> str:

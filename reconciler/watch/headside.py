@@ -97,7 +97,7 @@ class HeadServices:
             cluster_pki=cluster_pki(self.state_dir, spec, self.clock.now()),
             host=self.controller,
             ledger=self.journal,
-            provider=self.controller.provider,
+            applier=self.controller.applier,
             lineage=self.journal.lineage,
             clock=self.clock,
         )

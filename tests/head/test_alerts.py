@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
+from reconciler.applying.applier import Applier
+from reconciler.applying.books import HostBooks
 from reconciler.clock import FakeClock
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints
 from reconciler.head.app import HeadApp
 from reconciler.head.decisions import Decision, Note
-from reconciler.head.destroyer import Destroyer
 from reconciler.head.pki import ClusterPki, pki_dir
 from reconciler.head.shared import SharedRecords
 from reconciler.model.records import Alert, InstanceRecord, Intent, Phase, Records, Role
@@ -87,7 +88,7 @@ def head(tmp_path: Path) -> Iterator[Head]:
     shared = SharedRecords(records, save=saved.append, clock=clock)
     ledger = Ledger()
     provider = Provider()
-    destroyer = Destroyer(cluster="hc", provider=provider, host=shared, ledger=ledger, clock=clock)
+    applier = Applier(provider=provider, books=HostBooks(shared, ledger, LINEAGE), now=clock.now)
     app = HeadApp(
         spec=SPEC,
         cluster_pki=ClusterPki.load_or_create(
@@ -95,7 +96,7 @@ def head(tmp_path: Path) -> Iterator[Head]:
         ),
         host=shared,
         ledger=ledger,
-        destroyer=destroyer,
+        applier=applier,
         lineage=LINEAGE,
         clock=clock,
         endpoints=HeadEndpoints("127.0.0.1", 6390, 18443, 18444),
@@ -104,7 +105,7 @@ def head(tmp_path: Path) -> Iterator[Head]:
     try:
         yield Head(app, shared, clock, ledger, provider, saved)
     finally:
-        destroyer.stop()
+        applier.stop()
 
 
 def enroll_body(instance_id: int, token: str = "not-a-token-this-head-issued") -> bytes:
@@ -153,9 +154,9 @@ def test_a_bad_token_from_our_own_instance_alerts_on_its_record_and_destroys_it(
     # the alert and the intent to destroy are one change of the records
     assert head.saved[0].alerts == (alert,)
     assert head.saved[0].instances["i7"].intent is Intent.DESTROYED
-    assert head.app.destroyer.drain(10)
+    assert head.app.applier.drain(10)
     assert head.provider.destroyed == [700]
-    assert head.shared.records().alerts == (alert,)  # the destroyer's save keeps it
+    assert head.shared.records().alerts == (alert,)  # the applier's save keeps it
 
 
 def test_a_bad_token_from_a_strangers_address_changes_nothing(head: Head):
@@ -163,7 +164,7 @@ def test_a_bad_token_from_a_strangers_address_changes_nothing(head: Head):
     answer = head.app.enroll(enroll_body(700), peer="198.51.100.66")
     assert answer.status == 403
     assert head.saved == [] or all(r.instances["i7"].intent is Intent.RUNNING for r in head.saved)
-    assert head.app.destroyer.drain(10) and head.provider.destroyed == []
+    assert head.app.applier.drain(10) and head.provider.destroyed == []
     assert head.shared.records().instances["i7"].intent is Intent.RUNNING
 
 

@@ -25,7 +25,7 @@ import json
 import math
 import ssl
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,10 @@ from reconciler.head import limits, messages, pki, tokens
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints
 from reconciler.head.app import Answer, HeadApp
-from reconciler.head.decisions import Destroy, doomed
-from reconciler.head.destroyer import Destroyer
+from reconciler.head.decisions import doomed
 from reconciler.head.pki import ClusterPki, pki_dir
 from reconciler.head.shared import SharedRecords
+from reconciler.model.plan import Action
 from reconciler.model.records import (
     InstanceRecord,
     Intent,
@@ -84,15 +84,14 @@ def record(ident: str, vast_id: int, **changes: Any) -> InstanceRecord:
     return hc_record(ident, created_at=NOW - 600, **{**defaults, **changes})
 
 
-class RecordingDestroyer(Destroyer):
+class RecordingApplier:
     """Takes every destroy asked for, and carries out none."""
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.asked: list[Destroy] = []
+    def __init__(self) -> None:
+        self.asked: list[Action] = []
 
-    def submit(self, destroy: Destroy) -> None:
-        self.asked.append(destroy)
+    def submit(self, actions: Sequence[Action]) -> None:
+        self.asked.extend(actions)
 
 
 class QuietLedger(LedgerWriter):
@@ -107,7 +106,7 @@ class Head:
     app: HeadApp
     shared: SharedRecords
     original: Records
-    destroyer: RecordingDestroyer
+    applier: RecordingApplier
     ledger: QuietLedger
     worker_der: bytes
     worker_serial: int
@@ -189,15 +188,13 @@ def head(tmp_path: Path) -> Iterator[Head]:
     original = build_records(serial)
     shared = SharedRecords(original, save=lambda _records: None, clock=clock)
     ledger = QuietLedger.open(tmp_path / "ledger.jsonl", clock=clock)
-    destroyer = RecordingDestroyer(
-        cluster="hc", provider=None, host=shared, ledger=ledger, clock=clock
-    )
+    applier = RecordingApplier()
     app = HeadApp(
         spec=SPEC,
         cluster_pki=cluster_pki,
         host=shared,
         ledger=ledger,
-        destroyer=destroyer,
+        applier=applier,
         lineage=LINEAGE,
         clock=clock,
         endpoints=HeadEndpoints("127.0.0.1", 6390, 18443, 18444),
@@ -213,7 +210,7 @@ def head(tmp_path: Path) -> Iterator[Head]:
         server_der,
     )
     try:
-        yield Head(app, shared, original, destroyer, ledger, worker_der, serial, nameless)
+        yield Head(app, shared, original, applier, ledger, worker_der, serial, nameless)
     finally:
         ledger.close()
 
@@ -476,7 +473,7 @@ def only_alerts_changed(head: Head, before: Records, after: Records | None = Non
     assert all(a.record is None and a.at == NOW for a in added), added
     assert all(a.cls in ALERTING_UNPROVEN for a in added), added
     assert len({a.cls for a in added}) == len(added), added  # once a minute per class
-    assert head.destroyer.asked == []
+    assert head.applier.asked == []
 
 
 def ledger_lines(head: Head) -> int:
@@ -562,7 +559,7 @@ def test_heartbeat_with_a_workers_certificate_changes_only_that_worker(head: Hea
         before = head.reset()
         answer = head.app.heartbeat(head.worker_der, body, peer=peer)
         after = head.shared.records()
-        assert head.destroyer.asked == []
+        assert head.applier.asked == []
         assert answer.status == 200 or 400 <= answer.status < 500, answer.body[:300]
         seen[(answer.status, answer.json().get("error", ""))] += 1
         if answer.status == 200:

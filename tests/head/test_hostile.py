@@ -174,7 +174,7 @@ def build_cluster(world: HeadWorld) -> Cluster:
     for record in world.records().instances.values():
         if record.managed_by == LINEAGE:  # the stranger is none of ours
             assert STRANGER not in {record.listed_ip, record.public_ip}
-    world.service.destroyer.drain(10)
+    world.service.applier.drain(10)
     return Cluster(worker, answer, client, other, candidates, extra, foreign)
 
 
@@ -214,7 +214,7 @@ class Snapshot:
 
 
 def snapshot(world: HeadWorld) -> Snapshot:
-    assert world.service.destroyer.drain(10)
+    assert world.service.applier.drain(10)
     at_vast = {
         i: (inst.intended_status, inst.label or "") for i, inst in world.sim.instances.items()
     }

@@ -157,7 +157,7 @@ def test_the_last_slot_ends_every_other_candidate_even_one_not_created_yet():
     assert decision.refusal is None and decision.outcome is not None
     assert decision.outcome.slot_id == "q1s1" and decision.outcome.serial == 12345
     assert decision.records.requests["q1"].status is RequestStatus.FILLED
-    assert {(d.record_id, d.vast_id) for d in decision.destroys} == {("i2", 12), ("i3", None)}
+    assert {(d.record, d.vast_id) for d in decision.destroys} == {("i2", 12), ("i3", None)}
     for ended in ("i2", "i3"):
         rec = decision.records.instances[ended]
         assert (rec.intent, rec.phase) == (Intent.DESTROYED, Phase.DESTROYING)

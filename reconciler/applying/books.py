@@ -1,0 +1,103 @@
+"""What the executor keeps its records and ledger in: the shape `Journal` has.
+
+`Journal` is the real one (the state store and the ledger). `HostBooks` serves a head run without
+a watch controller (and the head's tests): the head's `RecordsHost` for the records, a
+`LedgerSink` for the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from reconciler.applying.journal import RecordsLock
+from reconciler.model.records import Records
+from reconciler.state.ledger import LedgerKind
+
+
+class Books(Protocol):
+    @property
+    def lock(self) -> RecordsLock: ...
+
+    @property
+    def lineage(self) -> str: ...
+
+    def records(self) -> Records: ...
+
+    def save(self, records: Records) -> None: ...
+
+    def update(self, change: Callable[[Records], Records]) -> Records: ...
+
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+
+class _Host(Protocol):
+    @property
+    def lock(self) -> RecordsLock: ...
+
+    def records(self) -> Records: ...
+
+    def mutate(self, change: Callable[[Records, float], Records]) -> Records: ...
+
+
+class _Ledger(Protocol):
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+
+@dataclass
+class HostBooks:
+    host: _Host
+    ledger: _Ledger
+    lineage: str
+
+    @property
+    def lock(self) -> RecordsLock:
+        return self.host.lock
+
+    def records(self) -> Records:
+        return self.host.records()
+
+    def save(self, records: Records) -> None:
+        self.host.mutate(lambda _records, _now: records)
+
+    def update(self, change: Callable[[Records], Records]) -> Records:
+        return self.host.mutate(lambda records, _now: change(records))
+
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.ledger.log(
+            cluster, kind, cls, message, record=record, instance=instance, dph=dph, data=data
+        )

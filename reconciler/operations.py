@@ -21,9 +21,9 @@ from reconciler.applying.provider import Provider
 from reconciler.deps import Deps
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Plan
-from reconciler.model.records import Intent, Phase, Records, parse_label
+from reconciler.model.records import Intent, Phase, Records
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning import pins
+from reconciler.planning import pins, teardown
 from reconciler.planning.guards import mass_destroys
 from reconciler.planning.pins import PinOrder
 from reconciler.planning.plan import fingerprint, touched
@@ -294,7 +294,15 @@ def down(
             raise OperationError(
                 f"cannot list vast's instances ({exc}); nothing destroyed"
             ) from exc
-        targets = [i for i in listing if _labelled_for(i, cluster)]
+        plan = teardown.down_plan(
+            cluster,
+            listing,
+            journal.records(),
+            lineage=journal.lineage,
+            serial=journal.serial,
+            now=deps.clock.now(),
+        )
+        targets = [i for i in listing if teardown.labelled_for(i, cluster)]
         deps.out.write(status_view.down_listing(cluster, targets, journal.lineage))
         if head is not None:
             deps.out.write(f"ray-vast down {cluster} will stop {head.description}.\n")
@@ -308,62 +316,28 @@ def down(
         if not targets:
             _close_records(journal, cluster, deps.clock.now())
             return EXIT_OK
-        failed = _destroy_all(deps, journal, provider, cluster, targets)
-        pending = {t.id for t in targets} - failed
+        result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=None)
+        failed = {a.vast_id for a, _ in result.failed if a.vast_id is not None}
+        undone = {a.vast_id for a in plan.actions if a.vast_id is not None} - failed
+        undone -= {a.vast_id for a in result.done if a.vast_id is not None}
+        pending = {a.vast_id for a in result.done if a.vast_id is not None}
         with progress.waiting(
             f"Waiting for vast to confirm {len(pending)} destroy(s)", out=deps.out, env=deps.env
         ):
             remaining = _wait_gone(deps, provider, pending)
-        if not failed and not remaining:
+        if not failed and not remaining and not undone:
             _close_records(journal, cluster, deps.clock.now())
+    if result.interrupted:
+        deps.err.write(
+            f"\nDown interrupted; state saved. Not destroyed yet: {sorted(undone)}. "
+            f"Run `ray-vast down {cluster}` again.\n"
+        )
+        return EXIT_ERROR
     if failed or remaining:
         deps.err.write(f"Error: still present at vast: {sorted(failed | remaining)}\n")
         return EXIT_ERROR
     deps.out.write(f"\nDown complete: {len(targets)} instance(s) of {cluster} destroyed.\n")
     return EXIT_OK
-
-
-def _labelled_for(instance: Instance, cluster: str) -> bool:
-    info = parse_label(instance.label)
-    return info is not None and info.cluster == cluster
-
-
-def _destroy_all(
-    deps: Deps, journal: Journal, provider: Provider, cluster: str, targets: list[Instance]
-) -> set[int]:
-    records = journal.records()
-    by_vast = records.by_vast_id()
-    failed: set[int] = set()
-    for instance in targets:
-        record = by_vast.get(instance.id)
-        if record is not None:
-            records = replace(
-                records,
-                instances={
-                    **records.instances,
-                    record.id: replace(record, intent=Intent.DESTROYED, phase=Phase.DESTROYING),
-                },
-            )
-            journal.save(records)
-        journal.log(
-            cluster,
-            LedgerKind.CALL,
-            "down",
-            f"destroy instance {instance.id}",
-            record=record.id if record else None,
-            instance=instance.id,
-            dph=-(instance.dph_total or 0.0),
-        )
-        try:
-            provider.destroy_instance(instance.id)
-        except VastError as exc:
-            failed.add(instance.id)
-            journal.log(
-                cluster, LedgerKind.OUTCOME, "down", f"destroy failed: {exc}", instance=instance.id
-            )
-            continue
-        deps.out.write(f"{cluster}: instance {instance.id} ({instance.label}): destroy requested\n")
-    return failed
 
 
 def _wait_gone(deps: Deps, provider: Provider, ids: set[int], timeout: float = 300.0) -> set[int]:

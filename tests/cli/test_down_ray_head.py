@@ -55,7 +55,7 @@ def test_a_declined_down_leaves_the_ray_head_and_the_instances(
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert "Ray head of local-sim stopped." in gone.stdout
     assert gone.stdout.index("Ray head of local-sim stopped.") < gone.stdout.index(
-        "destroy requested"
+        ": destroy: instance"
     )
     assert ray_head.wait(timeout=20) is not None
     assert world.sim.instances == {}

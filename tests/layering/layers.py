@@ -5,6 +5,8 @@
 - Inside `reconciler`, only `reconciler/vast` imports httpx.
 - `agent` and `reconciler` never import each other; `vastsim` imports neither.
 - `agent` imports only the standard library (it runs inside the user's image).
+- Only `reconciler/applying` (the one executor) calls what changes anything at vast: the vast
+  client's create, destroy, stop, start, label and reboot (`reconciler/vast` defines them).
 """
 
 from __future__ import annotations
@@ -62,6 +64,19 @@ IMPURE_LAYERS = (
 )
 CLOCK_CALLS = frozenset({"now", "utcnow", "today", "time", "monotonic", "perf_counter"})
 IMPURE_BUILTINS = frozenset({"open", "print", "input"})
+# The vast client's calls that change something at vast: only the executor makes them.
+MUTATING_CALLS = frozenset(
+    {
+        "create_instance",
+        "destroy_instance",
+        "destroy_instances",
+        "stop_instance",
+        "start_instance",
+        "label_instance",
+        "reboot_instance",
+    }
+)
+APPLIER = "reconciler/applying/"
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,26 @@ def check_file(root: Path, path: Path) -> list[Violation]:
             flag(line, f"vastsim imports {name!r}")
     if pure:
         found += _impure_calls(rel, tree)
+    if rel.startswith("reconciler/") and not rel.startswith((APPLIER, "reconciler/vast/")):
+        found += _mutating_calls(rel, tree)
+    return found
+
+
+def _mutating_calls(rel: str, tree: ast.AST) -> list[Violation]:
+    """`x.destroy_instance(...)`, or the name handed to `getattr`, outside the applier."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        named = func.attr if isinstance(func, ast.Attribute) else None
+        if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2:
+            arg = node.args[1]
+            named = arg.value if isinstance(arg, ast.Constant) else None
+        if named in MUTATING_CALLS:
+            found.append(
+                Violation(rel, node.lineno, f"{named}() changes vast outside reconciler/applying")
+            )
     return found
 
 

@@ -45,6 +45,21 @@ def tree(tmp_path: Path) -> Path:
         ("agent/__init__.py", "import reconciler", "agent imports 'reconciler'"),
         ("agent/__init__.py", "import yaml", "agent imports non-standard-library module 'yaml'"),
         ("vastsim/__init__.py", "from reconciler import cli", "vastsim imports 'reconciler'"),
+        (
+            "reconciler/operations.py",
+            "def f(provider):\n    provider.destroy_instance(7)",
+            "destroy_instance() changes vast outside reconciler/applying",
+        ),
+        (
+            "reconciler/head/app.py",
+            "def f(client):\n    client.stop_instance(7)",
+            "stop_instance() changes vast outside reconciler/applying",
+        ),
+        (
+            "reconciler/watch/controller.py",
+            "def f(p):\n    getattr(p, 'create_instance')(1, None)",
+            "create_instance() changes vast outside reconciler/applying",
+        ),
     ],
 )
 def test_a_forbidden_import_is_caught(tree: Path, file: str, line: str, rule: str) -> None:

@@ -9,13 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
@@ -38,6 +36,7 @@ from reconciler.views import ledger as ledger_view
 from reconciler.watch import logs as watch_logs
 from reconciler.watch import runner as watch_runner
 from reconciler.watch.headside import head_extension
+from reconciler.watch.interrupts import Interrupts
 from reconciler.watch.raysignals import RaySignals
 from reconciler.watch.runner import WatchOptions
 from reconciler.watch.source import GitError, GitSync, SpecSource
@@ -83,6 +82,11 @@ MassDestroy = Annotated[
         "max_workers cut, orphans).",
     ),
 ]
+
+
+# What the first SIGINT/SIGTERM does, as the command says it (a second exits at once).
+TICK_FIRST_SIGNAL = "finishing the tick, then stopping; the state is saved"
+DOWN_FIRST_SIGNAL = "down goes on to its end (the destroys and vast's confirmation of them)"
 
 
 def _version(value: bool) -> None:
@@ -177,36 +181,6 @@ def _reported() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-class _Interrupts:
-    """First SIGINT/SIGTERM: finish the call in flight, save, stop. Second: exit at once."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def requested(self) -> bool:
-        return self.count > 0
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.count += 1
-        if self.count == 1:
-            sys.stderr.write(
-                "\nInterrupt received: finishing the call in flight, then saving and stopping. "
-                "Interrupt again to exit at once (state may then miss the last call).\n"
-            )
-            return
-        sys.stderr.write("\nTwo interrupts: exiting now without saving.\n")
-        os._exit(130)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        previous = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-
 @app.command(
     epilog=(
         "Examples:\n\n"
@@ -266,7 +240,7 @@ def apply(
 ) -> None:
     """Carry out a plan: rent, stop and destroy at vast, saving state after every call."""
     deps = _deps(state_dir, lock_timeout)
-    interrupts = _Interrupts()
+    interrupts = Interrupts(err=sys.stderr)
     deps.stop_requested = interrupts.requested
     with _reported(), interrupts.installed():
         if planfile.looks_like_plan(target):
@@ -321,7 +295,11 @@ def down(
     """
     specs = _specs(spec_dir) if spec_dir else []
     deps = up_mod.with_embedded(_deps(state_dir, lock_timeout))
-    with _reported():
+    # `operations.down` does not look at `stop_requested` yet: a first signal lets it carry on to
+    # its end (the destroys and vast's confirmation); a second exits at once
+    interrupts = Interrupts(first=DOWN_FIRST_SIGNAL, err=sys.stderr)
+    deps.stop_requested = interrupts.requested
+    with _reported(), interrupts.installed():
         head = up_mod.ray_head_stop(deps, cluster)
         code = operations.down(deps, cluster, specs, auto_approve=auto_approve, head=head)
         if code == 0 and up_mod.stop_simulator_if_unused(deps):
@@ -334,7 +312,8 @@ def down(
         "Examples:\n\n"
         "  ray-vast up examples/clusters/local-sim.yaml\n\n"
         "  ray-vast up clusters/ --auto-approve\n\n"
-        "Ctrl-C stops reconciling and saves; the machines stay until `ray-vast down CLUSTER`."
+        "Ctrl-C stops reconciling and saves (twice: at once); the machines stay until "
+        "`ray-vast down CLUSTER`."
     )
 )
 def up(
@@ -355,8 +334,12 @@ def up(
     """
     deps = _deps(state_dir, lock_timeout)
     logger = watch_logs.configure(log_format, sys.stderr, deps.secrets())
-    options = up_mod.UpOptions(spec_dir, auto_approve=auto_approve, max_ticks=max_ticks)
-    with _reported():
+    interrupts = Interrupts(first=TICK_FIRST_SIGNAL, logger=logger)
+    deps.stop_requested = interrupts.requested
+    options = up_mod.UpOptions(
+        spec_dir, auto_approve=auto_approve, max_ticks=max_ticks, stop=interrupts.stop
+    )
+    with _reported(), interrupts.installed():
         code = up_mod.up(deps, options, logger)
     raise typer.Exit(code)
 
@@ -421,13 +404,15 @@ def watch(
     """The controller: reconcile on every tick and on every spec change, run the watchdogs.
 
     With --git, SPEC_DIR is where the repository is checked out (and pulled); the revision acted
-    on is logged. SIGTERM or Ctrl-C finishes the tick, saves and exits.
+    on is logged. SIGTERM or Ctrl-C finishes the tick, saves and exits; a second one exits at once.
     """
     if log_format not in ("text", "json"):
         typer.echo("Error: --log-format is text or json", err=True)
         raise typer.Exit(1)
     deps = _deps(state_dir, lock_timeout)
     logger = watch_logs.configure(log_format, sys.stderr, deps.secrets())
+    interrupts = Interrupts(first=TICK_FIRST_SIGNAL, logger=logger)
+    deps.stop_requested = interrupts.requested
     sync = GitSync(git, branch, spec_dir.resolve(), git_interval, deps.clock) if git else None
     options = WatchOptions(
         source=SpecSource(spec_dir, git=sync),
@@ -436,8 +421,9 @@ def watch(
         extension=head_extension(
             state_dir=deps.state_dir, clock=deps.clock, vast_url=None, secrets=deps.secrets()
         ),
+        stop=interrupts.stop,
     )
-    with _reported():
+    with _reported(), interrupts.installed():
         if sync is not None:
             sync.sync()
         options.signals = _ray_signals(deps, spec_dir)

@@ -9,7 +9,8 @@ nodes join. Ctrl-C stops reconciling and saves; the machines stay until `ray-vas
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+import threading
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from reconciler import operations
@@ -31,6 +32,9 @@ class UpOptions:
     spec_path: Path
     auto_approve: bool = False
     max_ticks: int | None = None
+    # set by the first SIGINT/SIGTERM (the CLI's `Interrupts`): the step in progress (the
+    # simulator's start, a Ray head's start, a tick) finishes, and up stops there
+    stop: threading.Event = field(default_factory=threading.Event)
 
 
 def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
@@ -40,7 +44,11 @@ def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
         return 1
     specs = list(loaded.clusters)
     deps = _with_simulator(deps, specs, options.spec_path, logger)
-    signals = _ray_heads(deps, specs, logger)
+    if _stopped(options, logger):
+        return 0
+    signals = _ray_heads(deps, specs, logger, options.stop)
+    if _stopped(options, logger):
+        return 0
     if not _approved(deps, specs, options):
         return 1
     provider = deps.provider(specs)
@@ -54,12 +62,23 @@ def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
         signals=signals,
         extension=extension,
         on_tick=LiveView(logger).show,
+        stop=options.stop,
     )
     logger.info(
         "up: watching %s (Ctrl-C stops reconciling; `ray-vast down` ends the machines)",
         ", ".join(s.name for s in specs),
     )
     return watch(deps, watch_options, logger)
+
+
+def _stopped(options: UpOptions, logger: logging.Logger) -> bool:
+    if not options.stop.is_set():
+        return False
+    logger.info(
+        "up stopped before watching: nothing rented; what it started (the simulator, Ray "
+        "heads) stays until `ray-vast down CLUSTER`"
+    )
+    return True
 
 
 class LiveView:
@@ -107,10 +126,15 @@ def _with_simulator(
     return replace(deps, env={**deps.env, **sim.env()})
 
 
-def _ray_heads(deps: Deps, specs: list[ClusterSpec], logger: logging.Logger) -> Signals | None:
-    """Each cluster's Ray head, with the token its workers are given; Ray's view of the first."""
+def _ray_heads(
+    deps: Deps, specs: list[ClusterSpec], logger: logging.Logger, stop: threading.Event
+) -> Signals | None:
+    """Each cluster's Ray head, with the token its workers are given; Ray's view of the first.
+    A stop request lets the head being started finish starting, and starts no other."""
     signals: Signals | None = None
     for spec in specs:
+        if stop.is_set():
+            break
         pki = cluster_pki(deps.state_dir, spec, deps.clock.now())
         head = rayhead.start(
             deps.state_dir,

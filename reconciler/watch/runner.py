@@ -1,22 +1,19 @@
 """`ray-vast watch`: hold the state lock, serve, and tick until told to stop.
 
-SIGTERM or SIGINT sets the stop event; the tick in progress finishes and saves, the services stop,
-the lock is released. Spec changes (a file edited, a Git revision pulled) take effect on the next
-loop turn, at most a second away, without waiting for the reconcile cadence.
+The stop event (`WatchOptions.stop`; the CLI's `Interrupts` sets it on SIGTERM or SIGINT, and a
+second signal exits at once) ends the loop: the tick in progress finishes and saves, the services
+stop, the lock is released. Spec changes (a file edited, a Git revision pulled) take effect on the
+next loop turn, at most a second away, without waiting for the reconcile cadence.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Protocol, runtime_checkable
 
 from reconciler.applying.journal import Journal
@@ -90,7 +87,7 @@ def watch(deps: Deps, options: WatchOptions, logger: logging.Logger) -> int:
         return 1
     specs = list(loaded.clusters)
     provider = deps.provider(specs)
-    with deps.journal("watch") as journal, _stopping_on_signals(options.stop, logger):
+    with deps.journal("watch") as journal:
         controller = _controller(
             deps, journal, provider, specs=specs, options=options, logger=logger
         )
@@ -280,36 +277,6 @@ def _refresh(
     gauges.requests = dict(counters) if isinstance(counters, Mapping) else {}
     gauges.tick_seconds = seconds
     gauges.ticks = ticks
-
-
-@contextmanager
-def _stopping_on_signals(stop: threading.Event, logger: logging.Logger) -> Iterator[None]:
-    """SIGTERM/SIGINT: finish the tick, save, stop serving, exit. A second signal exits at once
-    with a warning (DESIGN.md 9): the state was saved after every provider call, and what the call
-    in flight did is found at the next listing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
-            logger.warning(
-                "signal %d again: exiting at once; the call in flight is abandoned (the next "
-                "run finds its outcome in vast's listing)",
-                signum,
-            )
-            for out in logger.handlers:
-                out.flush()
-            os._exit(128 + signum)
-        logger.info("signal %d: finishing the tick, then stopping (again to exit at once)", signum)
-        stop.set()
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def source_for(path: Path) -> SpecSource:

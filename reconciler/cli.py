@@ -84,9 +84,8 @@ MassDestroy = Annotated[
 ]
 
 
-# What the first SIGINT/SIGTERM does, as the command says it (a second exits at once).
+# What the first SIGINT/SIGTERM does in watch and up, as they say it (a second exits at once).
 TICK_FIRST_SIGNAL = "finishing the tick, then stopping; the state is saved"
-DOWN_FIRST_SIGNAL = "down goes on to its end (the destroys and vast's confirmation of them)"
 
 
 def _version(value: bool) -> None:
@@ -295,9 +294,7 @@ def down(
     """
     specs = _specs(spec_dir) if spec_dir else []
     deps = up_mod.with_embedded(_deps(state_dir, lock_timeout))
-    # `operations.down` does not look at `stop_requested` yet: a first signal lets it carry on to
-    # its end (the destroys and vast's confirmation); a second exits at once
-    interrupts = Interrupts(first=DOWN_FIRST_SIGNAL, err=sys.stderr)
+    interrupts = Interrupts(err=sys.stderr)
     deps.stop_requested = interrupts.requested
     with _reported(), interrupts.installed():
         head = up_mod.ray_head_stop(deps, cluster)

@@ -14,6 +14,7 @@ configured, as the real server often does).
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,9 @@ class Api:
         self, found: Route, req: Request, params: dict[str, str], identity: Identity, now: float
     ) -> Response:
         faults = self.sim.faults
+        late_by = faults.lateness(found.key)
+        if late_by:
+            time.sleep(late_by)  # a slow backend: real time, on this request's own thread
         canned = faults.take(found.key, after=False)
         if canned is not None and canned.response is not None:
             return canned.response

@@ -50,6 +50,7 @@ class Faults:
             "server_error",
             "lose_response",
             "lose_create_response",
+            "slow",
             "hide_instance",
             "hide_new_instances",
             "fail_listing",
@@ -76,6 +77,7 @@ class Faults:
         self._canned: dict[str, list[Canned]] = {}
         self._empty_listings = 0
         self._failing_pages: list[list[int]] = []  # [page, status, remaining]
+        self._slow: dict[str, list[list[float]]] = {}  # route -> [[seconds, remaining], ...]
         self.limiter = RateLimiter()
         self.auth_error_status = 401
 
@@ -132,6 +134,25 @@ class Faults:
     def lose_create_response(self, count: int = 1) -> None:
         """A create succeeds (the instance exists and bills) but its response is lost."""
         self.lose_response(CREATE_ROUTE, count)
+
+    def slow(self, route: str = ANY_ROUTE, seconds: float = 1.0, count: int = 1) -> None:
+        """The next `count` requests to `route` are answered `seconds` of real time late, as by a
+        slow backend (each waits on its own connection; other requests are not held up)."""
+        if count < 1 or seconds < 0:
+            raise ValueError("count must be at least 1 and seconds not negative")
+        with self._lock:
+            self._slow.setdefault(route, []).append([float(seconds), float(count)])
+
+    def lateness(self, route: str) -> float:
+        """How long the request to `route` arriving now waits before it is handled (used by the
+        API, outside the simulator's lock)."""
+        with self._lock:
+            for key in (route, ANY_ROUTE):
+                for entry in self._slow.get(key, []):
+                    if entry[1] > 0:
+                        entry[1] -= 1
+                        return entry[0]
+        return 0.0
 
     def _add(self, route: str, canned: Canned) -> None:
         if canned.remaining < 1:
@@ -306,6 +327,7 @@ class Faults:
             self._canned.clear()
             self._empty_listings = 0
             self._failing_pages.clear()
+            self._slow.clear()
 
     # -- helpers ----------------------------------------------------------------------------------
 

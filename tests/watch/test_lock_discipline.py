@@ -1,0 +1,63 @@
+"""Decide under the lock, call vast outside it (issue 14): heartbeats are answered while a tick
+waits on a slow vast, and the executor refuses to call vast while the records lock is held.
+
+The world is `bench/head_latency.py`'s: a served vastsim, the real controller on the real file
+store, the cluster's real head on real TLS ports sharing its records and its one applier, and a
+serving worker with a certificate from the cluster's CA. vastsim answers every create 3 s late.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from bench.head_latency import WORKER, latency_world
+from reconciler.applying.executor import LockHeldError
+from reconciler.model.plan import Action, ActionKind
+from reconciler.model.records import Phase
+from tests.waiting import wait_for
+from vastsim.faults import CREATE_ROUTE
+
+pytestmark = pytest.mark.slow
+
+
+def test_heartbeats_are_answered_while_a_tick_waits_on_a_slow_create(tmp_path: Path) -> None:
+    with latency_world(tmp_path, rentals=2, rate_limits=False) as world:
+        world.sim.faults.slow(CREATE_ROUTE, seconds=3.0, count=2)
+        tick = threading.Thread(target=world.controller.tick)
+        tick.start()
+        try:
+            # the intent is saved before the call: a pending create means the call is under way
+            def creating() -> list[str]:
+                return [
+                    r.id
+                    for r in world.records().instances.values()
+                    if r.phase is Phase.PENDING_CREATE
+                ]
+
+            (pending,) = wait_for(creating, timeout=20, what="a create under way")
+            answered = [world.heartbeat()[0] for _ in range(3)]
+            # three heartbeats answered, and the create they overlapped is still waiting on vast
+            still = world.records().instances[pending].phase
+        finally:
+            tick.join(timeout=60)
+        assert answered == [200, 200, 200]
+        assert still is Phase.PENDING_CREATE, "a heartbeat waited for the create to finish"
+        assert not tick.is_alive()
+        rented = [r for r in world.records().instances.values() if r.id != WORKER and r.vast_id]
+        assert len(rented) == 2
+        assert world.records().instances[WORKER].live  # its heartbeats kept it a worker
+
+
+def test_the_executor_refuses_to_call_vast_under_the_records_lock(tmp_path: Path) -> None:
+    with latency_world(tmp_path, rentals=0, rate_limits=False) as world:
+        worker = world.records().instances[WORKER]
+        destroy = Action(
+            ActionKind.DESTROY, worker.cluster, "test", record=worker.id, vast_id=worker.vast_id
+        )
+        with world.controller.lock, pytest.raises(LockHeldError):
+            world.controller.applier.carry_out([destroy])
+        assert world.sim.instance(worker.vast_id or 0) is not None
+        assert world.records().instances[WORKER].live

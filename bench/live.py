@@ -52,7 +52,7 @@ RAY_TEST_ENV = {
 SPEC = """\
 apiVersion: ray-vast/v1
 kind: Cluster
-metadata: {{name: live}}
+metadata: {{name: {name}}}
 spec:
   provider: {{type: vastsim}}
   head:
@@ -91,6 +91,23 @@ spec:
 """
 
 
+def spec_text(
+    name: str, *, min_workers: int = 1, factor: int = 2, gives_up: int = 12, silent: int = 12
+) -> str:
+    """A live cluster's spec, on free ports of its own."""
+    return SPEC.format(
+        name=name,
+        ray_port=free_port(),
+        enroll_port=free_port(),
+        heartbeat_port=free_port(),
+        metrics_port=free_port(),
+        min_workers=min_workers,
+        factor=factor,
+        gives_up=gives_up,
+        silent=silent,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -108,6 +125,7 @@ class Live:
     services: list[Service]
     signals: RaySignals
     log: io.StringIO
+    specs: Path  # the spec directory (watch reads it when `in_directory`)
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -206,23 +224,18 @@ def live_cluster(
     silent: int = 12,
     agent_env: dict[str, str] | None = None,
     read_ray: bool = True,
+    in_directory: bool = False,
 ) -> Iterator[Live]:
     """`read_ray`: Ray reads its auth token once per process, so only the first cluster of a
-    process can be read through Ray; later ones run without Ray's signals."""
+    process can be read through Ray; later ones run without Ray's signals. `in_directory`: the
+    spec is a file of the directory `Live.specs` that watch reads (a test adds clusters to it)."""
     root.mkdir(parents=True, exist_ok=True)
     state_dir, workdir = root / "state", root / "containers"
-    spec_file = root / "live.yaml"
+    specs = root / "specs"
+    specs.mkdir(exist_ok=True)
+    spec_file = (specs if in_directory else root) / "live.yaml"
     spec_file.write_text(
-        SPEC.format(
-            ray_port=free_port(),
-            enroll_port=free_port(),
-            heartbeat_port=free_port(),
-            metrics_port=free_port(),
-            min_workers=min_workers,
-            factor=factor,
-            gives_up=gives_up,
-            silent=silent,
-        )
+        spec_text("live", min_workers=min_workers, factor=factor, gives_up=gives_up, silent=silent)
     )
     (spec,) = load(spec_file).clusters
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
@@ -278,7 +291,7 @@ def live_cluster(
 
         stop = threading.Event()
         options = WatchOptions(
-            source=SpecSource(spec_file),
+            source=SpecSource(specs if in_directory else spec_file),
             signals=signals if read_ray else None,
             extension=extension,
             stop=stop,
@@ -303,6 +316,7 @@ def live_cluster(
                 captured["services"],
                 signals,
                 log,
+                specs,
             )
         finally:
             stop_watch()

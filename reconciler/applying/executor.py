@@ -202,9 +202,7 @@ class Executor:
         key = self._claim(action)
         try:
             with self.journal.lock:
-                record = self._require_record(action)
-                if not record.live:
-                    raise _Skip("already destroyed")
+                record = self._unended(action)
                 self._change(record.id, intent=Intent.STOPPED, phase=Phase.STOPPING)
             self._log_decision(action)
             self._log(action, LedgerKind.CALL, f"stop instance {record.vast_id}")
@@ -242,9 +240,7 @@ class Executor:
         key = self._claim(action)
         try:
             with self.journal.lock:
-                record = self._require_record(action)
-                if not record.live:
-                    raise _Skip("already destroyed")
+                record = self._unended(action)
                 self._change(record.id, intent=Intent.RUNNING)
             self._log_decision(action)
             self._log(action, LedgerKind.CALL, f"start instance {record.vast_id}")
@@ -438,10 +434,16 @@ class Executor:
     def _current(self, record_id: str | None) -> InstanceRecord | None:
         return self.records.instances.get(record_id) if record_id else None
 
-    def _require_record(self, action: Action) -> InstanceRecord:
+    def _unended(self, action: Action) -> InstanceRecord:
+        """The record a stop or start acts on, unless it has ended or is being destroyed since
+        the plan was made (the head may have doomed it meanwhile: a destroy outranks both)."""
         record = self._current(action.record)
         if record is None:
             raise _Skip("no record of it")
+        if not record.live:
+            raise _Skip("already destroyed")
+        if record.intent is Intent.DESTROYED:
+            raise _Skip("a destroy of it is under way")
         return record
 
     def _change(self, record_id: str, **fields: object) -> InstanceRecord:

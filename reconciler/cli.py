@@ -37,6 +37,7 @@ from reconciler.watch import logs as watch_logs
 from reconciler.watch import runner as watch_runner
 from reconciler.watch.headside import head_extension
 from reconciler.watch.interrupts import Interrupts
+from reconciler.watch.rayreaders import RayReaders
 from reconciler.watch.raysignals import RaySignals
 from reconciler.watch.runner import WatchOptions
 from reconciler.watch.source import GitError, GitSync, SpecSource
@@ -428,18 +429,22 @@ def watch(
     raise typer.Exit(code)
 
 
-def _ray_signals(deps: Deps, spec_dir: Path) -> RaySignals | None:
-    """Ray's view from the first cluster's head, when its token is already there (the head's
-    Ray runs with the token from the cluster's PKI: `ray-vast up` starts it that way)."""
+def _ray_signals(deps: Deps, spec_dir: Path) -> RayReaders | None:
+    """Ray's view from each cluster's own head, for the clusters whose token is there (the head's
+    Ray runs with the token from the cluster's PKI: `ray-vast up` starts it that way); a cluster
+    added by a reload, or whose token appears, gets its reader at the reload."""
     loaded = load(spec_dir)
-    if not loaded.ok or not loaded.clusters:
+    if not loaded.ok:
         return None
-    spec = loaded.clusters[0]
-    token = pki_dir(deps.state_dir, spec.name) / RAY_TOKEN_FILE
-    if not token.exists():
-        return None
-    address = f"{spec.head.address}:{spec.head.ray_port}"
-    return RaySignals(address, spec.name, token_path=str(token))
+
+    def reader(spec: ClusterSpec) -> RaySignals | None:
+        token = pki_dir(deps.state_dir, spec.name) / RAY_TOKEN_FILE
+        if not token.exists():
+            return None
+        address = f"{spec.head.address}:{spec.head.ray_port}"
+        return RaySignals(address, spec.name, token_path=str(token))
+
+    return RayReaders({s.name: s for s in loaded.clusters}, make=reader)
 
 
 @app.command(

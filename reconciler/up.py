@@ -16,12 +16,14 @@ from pathlib import Path
 from reconciler import operations
 from reconciler.deps import Deps
 from reconciler.embedded import processes, rayhead, simulator
+from reconciler.head.pki import ClusterPki
 from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
 from reconciler.views import diagnostics as diag_view
-from reconciler.watch.controller import Signals, TickReport
+from reconciler.watch.controller import TickReport
 from reconciler.watch.headside import cluster_pki, head_extension
+from reconciler.watch.rayreaders import RayReaders
 from reconciler.watch.raysignals import RaySignals
 from reconciler.watch.runner import WatchOptions, watch
 from reconciler.watch.source import SpecSource
@@ -47,7 +49,7 @@ def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
     if _stopped(options, logger):
         return 0
     signals = _ray_heads(deps, specs, logger, options.stop)
-    if _stopped(options, logger):
+    if _stopped(options, logger) or signals is None:  # None: stopped while heads started
         return 0
     if not _approved(deps, specs, options):
         return 1
@@ -128,14 +130,21 @@ def _with_simulator(
 
 def _ray_heads(
     deps: Deps, specs: list[ClusterSpec], logger: logging.Logger, stop: threading.Event
-) -> Signals | None:
-    """Each cluster's Ray head, with the token its workers are given; Ray's view of the first.
-    A stop request lets the head being started finish starting, and starts no other."""
-    signals: Signals | None = None
+) -> RayReaders | None:
+    """Each cluster's Ray head, with the token its workers are given, and a reader of each. A
+    stop request lets the head being started finish starting, starts no other, and gives None.
+    A cluster added by a reload gets its Ray head started and its reader then."""
     for spec in specs:
         if stop.is_set():
-            break
-        pki = cluster_pki(deps.state_dir, spec, deps.clock.now())
+            return None
+        _ray_head(deps, spec, logger)
+    return RayReaders({s.name: s for s in specs}, make=lambda spec: _ray_reader(deps, spec, logger))
+
+
+def _ray_head(deps: Deps, spec: ClusterSpec, logger: logging.Logger) -> ClusterPki:
+    """The cluster's Ray head, started unless it runs; its PKI (the Ray token is in it)."""
+    pki = cluster_pki(deps.state_dir, spec, deps.clock.now())
+    if rayhead.running(deps.state_dir, spec.name) is None:
         head = rayhead.start(
             deps.state_dir,
             spec.name,
@@ -144,12 +153,13 @@ def _ray_heads(
             env=deps.env,
         )
         logger.info("Ray head of %s at %s (pid %d)", spec.name, head.address, head.pid)
-        signals = signals or RaySignals(
-            f"{spec.head.address}:{spec.head.ray_port}",
-            spec.name,
-            token_path=str(pki.ray_auth_token_path),
-        )
-    return signals
+    return pki
+
+
+def _ray_reader(deps: Deps, spec: ClusterSpec, logger: logging.Logger) -> RaySignals:
+    pki = _ray_head(deps, spec, logger)
+    address = f"{spec.head.address}:{spec.head.ray_port}"
+    return RaySignals(address, spec.name, token_path=str(pki.ray_auth_token_path))
 
 
 def _approved(deps: Deps, specs: list[ClusterSpec], options: UpOptions) -> bool:

@@ -5,6 +5,9 @@ nodes are alive (our control-plane probe of each worker), and the autoscaler's c
 state for pending demand and which nodes are idle. Each Ray node carries the `rv_record` label the
 enrollment answer gave it, which ties it to its record.
 
+Each cluster has its own head and token (`RayReaders` keeps one reader per cluster); Ray holds
+one token per process, so each reader's calls switch to its own token first.
+
 Demand is mapped to node types simply: a pending bundle asking for a custom resource goes to the
 node type that declares it; any other bundle goes to the cluster's first node type. Constructing a
 GCS client against a dead GCS blocks for ~40 s, so a TCP connect comes first and the client is kept.
@@ -12,10 +15,13 @@ GCS client against a dead GCS blocks for ~40 s, so a TCP connect comes first and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from reconciler.model.observation import NodeKey
@@ -29,6 +35,29 @@ IDLE = 3  # autoscaler NodeStatus.IDLE
 DEAD = 2  # autoscaler NodeStatus.DEAD
 
 
+# Ray keeps one auth token per process (its loader caches what RAY_AUTH_TOKEN_PATH names, and
+# every GCS call sends it); readers of several clusters' heads take turns under this lock.
+class _Token:
+    lock = threading.RLock()
+    active: str | None = None  # the path the loader was last pointed at
+
+
+@contextlib.contextmanager
+def _authenticated(token_path: str | None) -> Iterator[None]:
+    """Ray's calls inside this block send the token in `token_path` (None: whatever the process
+    environment says, as for a head without token auth)."""
+    with _Token.lock:
+        if token_path is not None and token_path != _Token.active:
+            os.environ["RAY_AUTH_MODE"] = "token"
+            os.environ["RAY_AUTH_TOKEN_PATH"] = token_path
+            os.environ.pop("RAY_AUTH_TOKEN", None)
+            from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]  # noqa: PLC0415
+
+            AuthenticationTokenLoader.instance().reset_cache()
+            _Token.active = token_path
+        yield
+
+
 class RaySignals:
     """Signals from one Ray head; anything unreadable reads as "no sample", never as "idle"."""
 
@@ -37,9 +66,10 @@ class RaySignals:
         self.cluster = cluster
         self.token_path = token_path
         self._client: Any = None
-        if token_path:
-            # Ray reads its token settings from the process environment, once, when it is first
-            # imported: they must be in place before anything imports Ray.
+        if token_path and "ray" not in sys.modules:
+            # Ray reads its token settings from the process environment when it is first
+            # imported: they must be in place before anything imports Ray (a later reader of
+            # another cluster switches them, `_authenticated`).
             os.environ["RAY_AUTH_MODE"] = "token"
             os.environ["RAY_AUTH_TOKEN_PATH"] = token_path
         # Imported here, in the thread that builds the signals, not lazily in the watch thread:
@@ -50,6 +80,10 @@ class RaySignals:
 
         self._client_class = GcsClient
         self._resource_state = get_cluster_resource_state
+
+    def close(self) -> None:
+        """Forget the GCS client (a reader of a cluster that was removed, or whose head moved)."""
+        self._client = None
 
     def _gcs(self) -> Any:
         if self._client is None:
@@ -62,14 +96,37 @@ class RaySignals:
     def _state(self) -> Any:
         return self._resource_state(self._gcs())
 
+    # Each reading runs with this reader's token: Ray holds one token per process, read at each
+    # call from what the environment names once its cache is reset.
+
     def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
+        with _authenticated(self.token_path):
+            return self._demand(specs)
+
+    def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
+        with _authenticated(self.token_path):
+            return self._busy(records, now)
+
+    def work(self, records: Records) -> Mapping[str, bool] | None:
+        with _authenticated(self.token_path):
+            return self._work(records)
+
+    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
+        with _authenticated(self.token_path):
+            self._drain(records, record_ids, reason)
+
+    def probes(self, records: Records) -> Mapping[str, bool]:
+        with _authenticated(self.token_path):
+            return self._probes(records)
+
+    def _demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
         spec = specs.get(self.cluster)
         if spec is None:
             return {}
         try:
             state = self._state()
         except Exception as exc:
-            log.warning("Ray demand not read: %s", exc)
+            log.warning("Ray demand of %s not read: %s", self.cluster, exc)
             return None
         counts: dict[NodeKey, int] = {}
         for request in state.pending_resource_requests:
@@ -81,12 +138,12 @@ class RaySignals:
                 counts[key] = counts.get(key, 0) + 1
         return counts
 
-    def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
+    def _busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         try:
             state = self._state()
             nodes = self._records_by_node()
         except Exception as exc:
-            log.warning("Ray node usage not read: %s", exc)
+            log.warning("Ray node usage of %s not read: %s", self.cluster, exc)
             return {}
         by_node = {bytes(n.node_id).hex(): n for n in state.node_states}
         out: dict[str, bool | None] = {}
@@ -96,7 +153,7 @@ class RaySignals:
                 out[record_id] = node.status != IDLE
         return out
 
-    def work(self, records: Records) -> Mapping[str, bool] | None:
+    def _work(self, records: Records) -> Mapping[str, bool] | None:
         """Ray's view of work per record: a node Ray does not report IDLE has leased resources,
         actors or placement-group bundles on it (autoscaler v2's node status); a dead or unknown
         node holds no work."""
@@ -104,7 +161,7 @@ class RaySignals:
             state = self._state()
             nodes = self._records_by_node()
         except Exception as exc:
-            log.warning("Ray work not read: %s", exc)
+            log.warning("Ray work of %s not read: %s", self.cluster, exc)
             return None
         # every live record of this reader's cluster: no live node of it holds no work
         out = {r.id: False for r in records.live_instances(self.cluster)}
@@ -114,7 +171,7 @@ class RaySignals:
                 out[record_id] = node.status not in (IDLE, DEAD)
         return out
 
-    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
+    def _drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
         """Ray stops scheduling onto these nodes (DrainNode, as autoscaler v2 drains). A lost
         node is drained for preemption: it may come back, and is not ours to kill here."""
         try:
@@ -122,7 +179,7 @@ class RaySignals:
             gcs = self._gcs()
             from ray.core.generated import autoscaler_pb2  # noqa: PLC0415
         except Exception as exc:
-            log.warning("Ray nodes not drained: %s", exc)
+            log.warning("Ray nodes of %s not drained: %s", self.cluster, exc)
             return
         why = autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
             "DRAIN_NODE_REASON_PREEMPTION"
@@ -138,11 +195,11 @@ class RaySignals:
                 continue
             log.info("Ray node of %s drained (%s): %s", record_id, accepted, refusal or reason)
 
-    def probes(self, records: Records) -> Mapping[str, bool]:
+    def _probes(self, records: Records) -> Mapping[str, bool]:
         try:
             nodes = self._gcs().get_all_node_info(timeout=5)
         except Exception as exc:
-            log.warning("Ray nodes not read: %s", exc)
+            log.warning("Ray nodes of %s not read: %s", self.cluster, exc)
             return {}
         return {
             n.labels["rv_record"]: n.state == ALIVE

@@ -125,6 +125,11 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     services: list[Service] = []
     if options.extension is not None:
         controller.launcher, services = options.extension(controller, controller.journal)
+    if isinstance(controller.signals, Reloadable):
+        # Ray's readers follow the specs as the head services do, after them: a cluster whose
+        # token the head services just made gets its reader now
+        controller.signals.reload(controller.specs)
+        services = [*services, controller.signals]
     gauges = Gauges()
     metrics = _metrics(controller, gauges, logger) if options.metrics else None
     ticks = 0

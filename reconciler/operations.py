@@ -311,6 +311,8 @@ def down(
             return EXIT_OK
         if not auto_approve:
             confirm(deps, "down")
+        if deps.stop_requested():
+            raise OperationError("Down interrupted before anything was stopped or destroyed.")
         if head is not None and head.stop():
             deps.out.write(f"Ray head of {cluster} stopped.\n")
         if not targets:
@@ -327,6 +329,12 @@ def down(
             remaining = _wait_gone(deps, provider, pending)
         if not failed and not remaining and not undone:
             _close_records(journal, cluster, deps.clock.now())
+    if not result.interrupted and remaining and deps.stop_requested():
+        deps.err.write(
+            f"\nDown interrupted while vast confirms the destroys of {sorted(remaining)} (all "
+            f"sent); state saved. Run `ray-vast down {cluster}` again to see them gone.\n"
+        )
+        return EXIT_ERROR
     if result.interrupted:
         deps.err.write(
             f"\nDown interrupted; state saved. Not destroyed yet: {sorted(undone)}. "
@@ -344,7 +352,7 @@ def _wait_gone(deps: Deps, provider: Provider, ids: set[int], timeout: float = 3
     """Wait until vast's listing no longer shows `ids`: vast confirms each destroy."""
     deadline = deps.clock.now() + timeout
     pause = 0.25
-    while ids:
+    while ids and not deps.stop_requested():  # interrupted: the destroys are made, and saved
         try:
             listed = {i.id for i in provider.list_instances()}
         except VastError:

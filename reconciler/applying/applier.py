@@ -46,14 +46,14 @@ class Applier:
     _idle: threading.Condition = field(default_factory=threading.Condition)
     _pending: int = 0
 
-    def executor(self) -> Executor:
+    def executor(self, *, stoppable: bool = True) -> Executor:
         return Executor(
             provider=self.provider,
             journal=self.books,
             launcher=self.launcher_of(),
             specs=self.specs(),
             now=self.now,
-            stop_requested=self.stop_requested,
+            stop_requested=self.stop_requested if stoppable else lambda: False,
             progress=self.progress,
             inflight=self.inflight,
         )
@@ -63,9 +63,11 @@ class Applier:
         that planned it)."""
         self.executor().commit(plan)
 
-    def carry_out(self, actions: Sequence[Action]) -> ApplyResult:
-        """Carry these actions out now, in this thread, which must not hold the records lock."""
-        result = self.executor().carry_out(actions)
+    def carry_out(self, actions: Sequence[Action], *, stoppable: bool = True) -> ApplyResult:
+        """Carry these actions out now, in this thread, which must not hold the records lock.
+        `stoppable`: a stop request ends them after the call in flight (a plan); the head's
+        destroys are not stoppable (a destroy asked for must still be made)."""
+        result = self.executor(stoppable=stoppable).carry_out(actions)
         self.on_result(result)
         return result
 
@@ -115,7 +117,7 @@ class Applier:
             if actions is None:
                 return
             try:
-                self.carry_out(actions)
+                self.carry_out(actions, stoppable=False)
             except Exception:  # an applier that dies would leave every later destroy undone
                 log.exception("the applier could not carry out %d action(s)", len(actions))
             finally:
@@ -132,4 +134,4 @@ class InCaller:
 
     def submit(self, actions: Sequence[Action]) -> None:
         if actions:
-            self.applier.carry_out(actions)
+            self.applier.carry_out(actions, stoppable=False)

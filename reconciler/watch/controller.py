@@ -165,6 +165,8 @@ class Controller:
     failing: dict[str, Failing] = field(default_factory=dict)
     _shared_failing: set[str] = field(default_factory=set)
     _failed_now: set[str] = field(default_factory=set)  # the clusters that failed this tick
+    # A stop was asked for (the first SIGINT/SIGTERM): a plan stops after the call in flight.
+    stop_requested: Callable[[], bool] = lambda: False
     applier: Applier = field(init=False)
 
     def __post_init__(self) -> None:
@@ -176,6 +178,7 @@ class Controller:
             launcher_of=lambda: self.launcher,
             progress=self._say,
             on_result=self._ended,
+            stop_requested=self._stopping,
         )
         self.set_specs(self.specs)
 
@@ -234,6 +237,9 @@ class Controller:
         self._say_alerts(plan)
         self.applier.commit(plan)
         return self.applier.carry_out(plan.actions)
+
+    def _stopping(self) -> bool:
+        return self.stop_requested()  # looked up at each call: the runner sets it after building
 
     def _say(self, line: str) -> None:
         self.progress(line)  # looked up at each call: the runner may set `progress` later

@@ -112,6 +112,8 @@ def _controller(
         progress=logger.info,
         prune=options.source.path.is_dir(),
         allow_mass_destroy=options.allow_mass_destroy,
+        # the first signal stops a tick's plan after the call in flight, not after the plan
+        stop_requested=options.stop.is_set,
     )
     if options.signals is not None:
         controller.signals = options.signals
@@ -164,10 +166,16 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     finally:
         for service in services:
             service.stop()
+        # the head's destroys already asked for are still made (their intent is saved anyway)
+        controller.applier.stop(timeout=STOP_DRAIN_SECONDS)
         if metrics is not None:
             metrics.close()
     logger.info("watch stopped after %d tick(s); state saved", ticks)
     return 0
+
+
+# How long a stopping watch waits for the head's destroys already handed to the applier.
+STOP_DRAIN_SECONDS = 30.0
 
 
 def _sleep(deps: Deps, stop: threading.Event, seconds: float) -> None:

@@ -226,11 +226,15 @@ def test_watch_a_second_sigint_exits_at_once(
     twice(cmd, listing)
 
 
-def test_watch_a_first_sigint_finishes_the_tick_and_exits(
+def test_watch_a_first_sigint_finishes_the_call_in_flight_and_exits(
     world: World, gate: Callable[[str], Gate], command: Callable[..., Command], tmp_path: Path
 ) -> None:
+    """The listing in flight finishes; the tick's plan stops before its first rent (a first signal
+    ends a plan after the call in flight, not after the plan: a 60-rent tick would take minutes);
+    the state is saved and the next watch carries on."""
     listing = gate(LIST_ROUTE)
-    cmd = command("watch", str(watch_spec(tmp_path)))
+    spec = watch_spec(tmp_path)
+    cmd = command("watch", str(spec))
     assert listing.entered.wait(60), "watch never listed"
     cmd.interrupt(signal.SIGTERM)
     wait_for(lambda: FIRST in cmd.err, 10, "the first signal's message")
@@ -238,8 +242,11 @@ def test_watch_a_first_sigint_finishes_the_tick_and_exits(
     listing.release.set()
     assert cmd.wait(60) == 0, cmd.err
     assert "watch stopped after 1 tick(s); state saved" in cmd.err
+    assert world.sim.instances == {}  # nothing rented after the signal, nothing unrecorded
+    again = command("watch", str(spec), "--once")
+    assert again.wait(60) == 0, again.err
     rented = {r["vast_id"] for r in instance_records(world)}
-    assert rented == set(world.sim.instances) and len(rented) == 2  # the tick's rents, saved
+    assert rented == set(world.sim.instances) and len(rented) == 2  # the next watch rents
 
 
 # --- up ------------------------------------------------------------------------------------

@@ -43,8 +43,34 @@ def _is_number(value: object) -> bool:
 
 
 @dataclass(frozen=True)
+class NodeShape:
+    """The least a worker of one node type will have, as Ray counts it.
+
+    `resources` uses Ray's names (`CPU`, `GPU`, `memory` and `object_store_memory` in bytes,
+    custom ones) and holds only positive amounts, like `available_node_types.<type>.resources` in
+    Ray's cluster YAML; `labels` are the Ray node labels every worker of the type carries.
+    `sources` says, for each resource, where its amount came from (an offer filter's lower bound,
+    `resources:`, or `ray_resources:`), so a message can tell the user what to change.
+    """
+
+    resources: Mapping[str, float]
+    labels: Mapping[str, str]
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def has_cpu(self) -> bool:
+        """Ray places a task only where it has CPU (tasks ask for one CPU unless told 0)."""
+        return self.resources.get("CPU", 0.0) > 0
+
+
+@dataclass(frozen=True)
 class NodeType:
-    """One kind of worker machine."""
+    """One kind of worker machine.
+
+    `ray_resources` and `ray_labels` are what each worker advertises to Ray beyond its CPU, GPU
+    and memory (the spec's `ray_resources` with the custom keys of `resources`, its `ray_labels`
+    with `labels`); `shape` is what the planner assumes a worker has before it joins.
+    """
 
     name: str
     min_workers: int
@@ -58,6 +84,7 @@ class NodeType:
     env: Mapping[str, str]
     ray_resources: Mapping[str, float]
     ray_labels: Mapping[str, str]
+    shape: NodeShape
 
 
 @dataclass(frozen=True)

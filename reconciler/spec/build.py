@@ -1,7 +1,8 @@
 """Build the typed model from a schema-valid document with its defaults filled in.
 
 The schema has already vouched for every type and every key, so this module only maps names; it
-never decides a default (those live in the schema).
+never decides a default (those live in the schema). The one thing it computes is each node
+type's shape (`spec.shapes`), from fields the schema has already typed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from reconciler.model.spec import (
     SourceRef,
     Watchdogs,
 )
+from reconciler.spec import shapes
 
 
 def cluster(doc: dict[str, Any], *, source: SourceRef, digest: str) -> ClusterSpec:
@@ -33,7 +35,10 @@ def cluster(doc: dict[str, Any], *, source: SourceRef, digest: str) -> ClusterSp
         head=Head(**spec["head"]),
         max_dollars_per_hour=float(spec["max_dollars_per_hour"]),
         node_types=MappingProxyType(
-            {name: node_type(name, body) for name, body in spec["node_types"].items()}
+            {
+                name: node_type(name, body, cluster=doc["metadata"]["name"])
+                for name, body in spec["node_types"].items()
+            }
         ),
         watchdogs=Watchdogs(**spec["watchdogs"]),
         cadences=Cadences(**spec["cadences"]),
@@ -45,20 +50,34 @@ def cluster(doc: dict[str, Any], *, source: SourceRef, digest: str) -> ClusterSp
     )
 
 
-def node_type(name: str, body: dict[str, Any]) -> NodeType:
+def node_type(name: str, body: dict[str, Any], *, cluster: str) -> NodeType:
+    offer = offer_query(body["offer"])
+    declared_resources = body.get("resources")
+    declared_labels = body.get("labels")
+    shape = shapes.derive(
+        cluster=cluster,
+        node_type=name,
+        filters=offer.filters,
+        ray_resources=body["ray_resources"],
+        ray_labels=body["ray_labels"],
+        declared_resources=declared_resources,
+        declared_labels=declared_labels,
+    )
+    advertised = shapes.advertised_resources(body["ray_resources"], declared_resources)
     return NodeType(
         name=name,
         min_workers=body["min_workers"],
         max_workers=body["max_workers"],
-        offer=offer_query(body["offer"]),
+        offer=offer,
         image=body["image"],
         disk_gb=float(body["disk_gb"]),
         candidate_factor=body["candidate_factor"],
         pull_limit_seconds=body["pull_limit_seconds"],
         agent=body["agent"],
         env=MappingProxyType(dict(body["env"])),
-        ray_resources=MappingProxyType({k: float(v) for k, v in body["ray_resources"].items()}),
-        ray_labels=MappingProxyType(dict(body["ray_labels"])),
+        ray_resources=MappingProxyType(advertised),
+        ray_labels=MappingProxyType({**body["ray_labels"], **(declared_labels or {})}),
+        shape=shape,
     )
 
 

@@ -7,17 +7,23 @@ types and keys.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from reconciler.model.diagnostics import Diagnostics
-from reconciler.model.spec import ClusterSpec
+from reconciler.model.spec import ClusterSpec, NodeType
+from reconciler.spec import shapes
 from reconciler.spec.schema import floors
 from reconciler.spec.yamlread import JsonPath, Positions
 
 # Variables the agent and vast set in the container; a spec may not shadow them.
 RESERVED_ENV = ("VAST_API_KEY", "CONTAINER_API_KEY", "CONTAINER_ID", "PUBLIC_IPADDR")
 RESERVED_ENV_PREFIXES = ("RV_", "VAST_TCP_PORT_", "VAST_UDP_PORT_")
+
+# Names the head or Ray itself gives every node; a spec may not declare them.
+RESERVED_LABEL_PREFIXES = ("rv_", "ray.io/")
+RESERVED_RESOURCE_PREFIXES = ("rv-slot-", "node:", "accelerator_type:")
 
 Check = Callable[[ClusterSpec, dict[str, Any], Positions, Diagnostics], None]
 
@@ -165,6 +171,127 @@ def check_node_types(
                 )
 
 
+def check_shapes(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    """What the planner assumes a worker has (DESIGN.md 10): said when it cannot be derived,
+    and refused when the spec says two things at once."""
+    for name, node_type in cluster.node_types.items():
+        base: JsonPath = ("spec", "node_types", name)
+        body = doc["spec"]["node_types"][name]
+        _check_declared(name, body, base, positions, diags)
+        _check_cpu(node_type, body, base, positions, diags)
+        _check_gpu(node_type, body, base, positions, diags)
+        _check_overclaim(node_type, body, base, positions, diags)
+
+
+def _check_declared(
+    name: str, body: dict[str, Any], base: JsonPath, positions: Positions, diags: Diagnostics
+) -> None:
+    for key, amount in (body.get("resources") or {}).items():
+        where = positions.at((*base, "resources", key), prefer_key=True)
+        if key.startswith(RESERVED_RESOURCE_PREFIXES):
+            diags.error(
+                f"resource {key!r} is reserved",
+                where,
+                detail="ray-vast gives each worker its rv-slot-<slot> resource; Ray names "
+                "node:<address> and accelerator_type:<type> itself",
+            )
+        elif key in body["ray_resources"] and float(body["ray_resources"][key]) != float(amount):
+            diags.error(
+                f"resources.{key} is {amount} but ray_resources.{key} is "
+                f"{body['ray_resources'][key]}",
+                where,
+                detail="both are what each worker advertises to Ray: say it once",
+            )
+    for key, value in (body.get("labels") or {}).items():
+        where = positions.at((*base, "labels", key), prefer_key=True)
+        if key.startswith(RESERVED_LABEL_PREFIXES):
+            diags.error(
+                f"label {key!r} is reserved",
+                where,
+                detail="ray-vast sets rv_cluster, rv_node_type, rv_record and rv_slot on every "
+                "worker, and Ray keeps ray.io/ for its own labels",
+            )
+        elif key in body["ray_labels"] and body["ray_labels"][key] != value:
+            diags.error(
+                f"labels.{key} is {value!r} but ray_labels.{key} is {body['ray_labels'][key]!r}",
+                where,
+                detail="both are labels each worker carries: say it once",
+            )
+
+
+def _check_cpu(
+    node_type: NodeType,
+    body: dict[str, Any],
+    base: JsonPath,
+    positions: Positions,
+    diags: Diagnostics,
+) -> None:
+    if node_type.shape.has_cpu:
+        return
+    filters = node_type.offer.filters
+    detail = (
+        "Ray places a task only where it has CPU, so Ray's demand cannot be packed onto this "
+        "node type: filter cpu_cores_effective (e.g. {gte: 4}) or declare resources: {CPU: 4}"
+    )
+    if "cpu_cores" in filters:
+        detail += "; cpu_cores is the host's count, and a container may be given fewer"
+    declared = (body.get("resources") or {}).get("CPU")
+    where: JsonPath = (*base, "resources", "CPU") if declared is not None else (*base, "offer")
+    diags.warning(
+        f"node type {node_type.name!r} has no CPU lower bound, so ray-vast cannot tell how "
+        "many tasks a worker of it takes",
+        positions.at(where, prefer_key=True),
+        detail=detail,
+    )
+
+
+def _check_gpu(
+    node_type: NodeType,
+    body: dict[str, Any],
+    base: JsonPath,
+    positions: Positions,
+    diags: Diagnostics,
+) -> None:
+    filters = node_type.offer.filters
+    named = [f for f in shapes.GPU_FILTERS if f in filters]
+    if not named or "GPU" in node_type.shape.resources or "GPU" in (body.get("resources") or {}):
+        return
+    diags.warning(
+        f"node type {node_type.name!r} filters on {named[0]} but num_gpus has no lower bound, "
+        "so its shape has no GPU",
+        positions.at((*base, "offer", "filters", named[0]), prefer_key=True),
+        detail="tasks that ask for GPUs will not be planned onto it: add num_gpus: {gte: 1} "
+        "or declare resources: {GPU: 1}",
+    )
+
+
+def _check_overclaim(
+    node_type: NodeType,
+    body: dict[str, Any],
+    base: JsonPath,
+    positions: Positions,
+    diags: Diagnostics,
+) -> None:
+    """A declared CPU or GPU above what the filters guarantee plans on capacity that a rented
+    worker may not have."""
+    declared = body.get("resources") or {}
+    for resource, field in (("CPU", "cpu_cores_effective"), ("GPU", "num_gpus")):
+        bound = shapes.filter_bound(node_type.offer.filters, field)
+        if resource not in declared or bound is None:
+            continue
+        derived = math.floor(bound + 1e-9)
+        if declared[resource] > max(derived, 1 if resource == "CPU" else 0):
+            diags.warning(
+                f"resources.{resource} ({declared[resource]}) is more than the offer filters "
+                f"guarantee ({field} at least {derived})",
+                positions.at((*base, "resources", resource)),
+                detail=f"ray-vast would plan {declared[resource]} {resource} on a worker that "
+                f"may have {derived}; what a worker really has replaces it once it joins",
+            )
+
+
 def _matching(doc: Any, pattern: JsonPath, path: JsonPath = ()) -> Iterable[tuple[JsonPath, Any]]:
     """Values of `doc` at a path pattern where `*` matches any key."""
     if not pattern:
@@ -186,4 +313,5 @@ CHECKS: tuple[Check, ...] = (
     check_ports,
     check_budget,
     check_node_types,
+    check_shapes,
 )

@@ -163,8 +163,9 @@ def _specs(path: Path) -> list[ClusterSpec]:
 
 
 @contextlib.contextmanager
-def _reported() -> Iterator[None]:
-    """Known failures become one clear message and exit status 1; never a traceback."""
+def _reported(deps: Deps) -> Iterator[None]:
+    """Known failures become one clear message and exit status 1; never a traceback. The vast
+    clients the command opened are closed however it ends."""
     try:
         yield
     except (
@@ -179,6 +180,8 @@ def _reported() -> Iterator[None]:
     except ValueError as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
+    finally:
+        deps.close()
 
 
 @app.command(
@@ -208,7 +211,7 @@ def plan(
     """
     specs = _specs(spec_dir)
     deps = _deps(state_dir, lock_timeout)
-    with _reported():
+    with _reported(deps):
         outcome = operations.make_plan(
             deps,
             specs,
@@ -242,7 +245,7 @@ def apply(
     deps = _deps(state_dir, lock_timeout)
     interrupts = Interrupts(err=sys.stderr)
     deps.stop_requested = interrupts.requested
-    with _reported(), interrupts.installed():
+    with _reported(deps), interrupts.installed():
         if planfile.looks_like_plan(target):
             saved = _saved_plan(target)
             specs = _specs(Path(saved.spec_path))
@@ -297,7 +300,7 @@ def down(
     deps = up_mod.with_embedded(_deps(state_dir, lock_timeout))
     interrupts = Interrupts(err=sys.stderr)
     deps.stop_requested = interrupts.requested
-    with _reported(), interrupts.installed():
+    with _reported(deps), interrupts.installed():
         head = up_mod.ray_head_stop(deps, cluster)
         code = operations.down(deps, cluster, specs, auto_approve=auto_approve, head=head)
         if code == 0 and up_mod.stop_simulator_if_unused(deps):
@@ -337,7 +340,7 @@ def up(
     options = up_mod.UpOptions(
         spec_dir, auto_approve=auto_approve, max_ticks=max_ticks, stop=interrupts.stop
     )
-    with _reported(), interrupts.installed():
+    with _reported(deps), interrupts.installed():
         code = up_mod.up(deps, options, logger)
     raise typer.Exit(code)
 
@@ -359,7 +362,7 @@ def status(
     """Clusters, their instances with phase, age, $/h and holds, alerts, breakers, the total."""
     specs = _specs(spec_dir) if spec_dir else []
     deps = _deps(state_dir)
-    with _reported():
+    with _reported(deps):
         code = operations.status(deps, specs, as_json=as_json)
     raise typer.Exit(code)
 
@@ -421,7 +424,7 @@ def watch(
         ),
         stop=interrupts.stop,
     )
-    with _reported(), interrupts.installed():
+    with _reported(deps), interrupts.installed():
         if sync is not None:
             sync.sync()
         options.signals = _ray_signals(deps, spec_dir)
@@ -471,7 +474,7 @@ def ledger(
 ) -> None:
     """Every detection, decision, provider call and outcome, oldest first."""
     deps = _deps(state_dir)
-    with _reported():
+    with _reported(deps):
         start = ledger_view.parse_since(since, deps.clock.now()) if since else None
         query = LedgerQuery(cluster=cluster, class_=cls, instance=instance, since=start)
         with warnings.catch_warnings(record=True) as caught:
@@ -536,7 +539,7 @@ def pin(
     The pin lasts until --for runs out or `ray-vast unpin`. Vast is not called.
     """
     deps = _deps(state_dir, lock_timeout)
-    with _reported():
+    with _reported(deps):
         seconds = operations.parse_duration(for_) if for_ is not None else None
         order = PinOrder(target, _who(dict(deps.env)), reason, seconds)
         code = operations.pin(deps, order)
@@ -556,7 +559,7 @@ def unpin(
     Ray's own hold (work on the node) is not a pin and stays while the work runs.
     """
     deps = _deps(state_dir, lock_timeout)
-    with _reported():
+    with _reported(deps):
         order = PinOrder(target, _who(dict(deps.env)), unpin=True)
         code = operations.pin(deps, order)
     raise typer.Exit(code)
@@ -572,7 +575,7 @@ app.add_typer(state_app, name="state")
 def state_list(state_dir: StateDirOption = None, as_json: JsonFlag = False) -> None:
     """One line per record: id, cluster, kind, phase."""
     deps = _deps(state_dir)
-    with _reported():
+    with _reported(deps):
         records, lineage, serial = deps.read_records()
     rows = [
         {"id": r.id, "cluster": r.cluster, "vast_id": r.vast_id, "phase": r.phase.value}
@@ -593,7 +596,7 @@ def state_show(
 ) -> None:
     """Every field of one record, as JSON."""
     deps = _deps(state_dir)
-    with _reported():
+    with _reported(deps):
         records, _, _ = deps.read_records()
     found = records.instances.get(record.removeprefix("instance.")) or records.requests.get(record)
     if found is None:
@@ -621,7 +624,7 @@ def state_force_unlock(
     """Remove a lock left by a process that died. Never remove a live one."""
     del force  # nothing to skip: the exact lock ID is the confirmation
     deps = _deps(state_dir)
-    with _reported():
+    with _reported(deps):
         holder = deps.store().force_unlock(lock_id)
     typer.echo(f"Lock {lock_id} removed (was held by {holder.info.who}, pid {holder.info.pid}).")
 

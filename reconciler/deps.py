@@ -55,6 +55,8 @@ class Deps:
     provider_factory: ProviderFactory | None = None
     lock_timeout: float = 0.0
     stop_requested: Callable[[], bool] = field(default=lambda: False)
+    # The vast clients this command opened (their connection pools), closed by `close`.
+    opened: list[Provider] = field(default_factory=list)
 
     def secrets(self) -> tuple[str, ...]:
         key = self.env.get(KEY_VARIABLE, "").strip()
@@ -68,7 +70,18 @@ class Deps:
         if self.provider_factory is not None:
             return self.provider_factory(url)
         settings = ClientSettings(pacing=self.env.get(PACING_VARIABLE, "on") != "off")
-        return client_from_settings(env=self.env, spec_url=url, clock=self.clock, settings=settings)
+        client = client_from_settings(
+            env=self.env, spec_url=url, clock=self.clock, settings=settings
+        )
+        self.opened.append(client)
+        return client
+
+    def close(self) -> None:
+        """Close the vast clients this command opened (the CLI calls it when a command ends)."""
+        while self.opened:
+            closing = getattr(self.opened.pop(), "close", None)
+            if callable(closing):
+                closing()
 
     @contextlib.contextmanager
     def journal(self, operation: str) -> Iterator[Journal]:

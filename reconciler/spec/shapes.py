@@ -32,8 +32,9 @@ from reconciler.model.spec import FilterValue, NodeShape, OfferFilters
 
 BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 BYTES_PER_MB = 1_000_000
-# Ray's defaults (ray_constants.DEFAULT_OBJECT_STORE_MEMORY_PROPORTION and _MAX_MEMORY_BYTES).
-OBJECT_STORE_PROPORTION = 0.3
+# Ray's defaults (ray_constants.DEFAULT_OBJECT_STORE_MEMORY_PROPORTION and _MAX_MEMORY_BYTES),
+# in whole bytes so a bound in MB splits exactly.
+OBJECT_STORE_PERCENT = 30
 OBJECT_STORE_MAX_BYTES = 200 * 10**9
 # The labels the head puts on every worker of a node type (reconciler/head/answers.py).
 CLUSTER_LABEL = "rv_cluster"
@@ -79,10 +80,10 @@ def derive(
         put("GPU", float(math.floor(gpus)), _said("num_gpus", gpus))
     ram_mb = filter_bound(filters, "cpu_ram")
     if ram_mb is not None and ram_mb > 0:
-        total = ram_mb * BYTES_PER_MB
-        store = math.floor(min(total * OBJECT_STORE_PROPORTION, OBJECT_STORE_MAX_BYTES))
+        total = math.floor(ram_mb * BYTES_PER_MB)
+        store = min(total * OBJECT_STORE_PERCENT // 100, OBJECT_STORE_MAX_BYTES)
         said = _said("cpu_ram", ram_mb, unit=" MB")
-        put("memory", float(math.floor(total - store)), f"{said}, Ray's default split")
+        put("memory", float(total - store), f"{said}, Ray's default split")
         put("object_store_memory", float(store), f"{said}, Ray's default split")
     for name, amount in ray_resources.items():
         put(name, float(amount), f"ray_resources.{name}")

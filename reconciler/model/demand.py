@@ -1,0 +1,243 @@
+"""Ray's demand, and the cluster as Ray's autoscaler sees it: what `planning.raypacking` takes and
+gives (DESIGN.md 10, "Ray demand is Ray's").
+
+Plain data with Ray's names and Ray's rules of thumb, so the planner, the views and the tests can
+build and read it without importing Ray:
+
+- a node type is a shape (resources, labels) with `min_workers` and `max_workers`;
+- a current node is running (Ray has it, with total and available resources) or pending (rented
+  or renting, not yet in Ray: Ray's autoscaler counts such a node at its node type's shape);
+- demand is what Ray's GCS reports: pending tasks and actors by shape and count, pending
+  placement groups (strategy and the bundles not yet placed), and the one `request_resources()`
+  constraint (bundles the cluster should be able to hold at once, idle or not);
+- the answer is the nodes to launch per node type, and the shapes that could not be placed:
+  those that fit no node type at all, and those a node type would fit but its bounds leave out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from reconciler.model.spec import ClusterSpec, NodeType
+
+Resources = Mapping[str, float]
+Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+STRATEGIES: tuple[Strategy, ...] = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass(frozen=True)
+class LabelConstraint:
+    """One condition of a Ray label selector: the node's label `key` is one of `values`
+    (`in`), or is not (`!in`; a node without the label passes), as Ray's scheduler reads it."""
+
+    key: str
+    values: tuple[str, ...]
+    negated: bool = False
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        found = labels.get(self.key)
+        return (found not in self.values) if self.negated else (found in self.values)
+
+
+# All constraints of a selector must hold (Ray's `LabelSelector`).
+LabelSelector = tuple[LabelConstraint, ...]
+
+
+def label_selector(selector: Mapping[str, str]) -> LabelSelector:
+    """A selector from Ray's own syntax, `label_selector={"key": "value"}`, where a value is
+    `v`, `!v`, `in(a,b)` or `!in(a,b)`."""
+    constraints = []
+    for key, text in selector.items():
+        negated = text.startswith("!")
+        body = text[1:] if negated else text
+        if body.startswith("in(") and body.endswith(")"):
+            values = tuple(v.strip() for v in body[3:-1].split(",") if v.strip())
+        else:
+            values = (body,)
+        constraints.append(LabelConstraint(key, values, negated))
+    return tuple(constraints)
+
+
+@dataclass(frozen=True)
+class TypeShape:
+    """A node type as the packing sees it: the least a worker has, and the bounds."""
+
+    name: str
+    resources: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    min_workers: int = 0
+    max_workers: int = 1
+
+    @classmethod
+    def of(cls, node_type: NodeType) -> TypeShape:
+        return cls(
+            name=node_type.name,
+            resources=node_type.shape.resources,
+            labels=node_type.shape.labels,
+            min_workers=node_type.min_workers,
+            max_workers=node_type.max_workers,
+        )
+
+
+def type_shapes(cluster: ClusterSpec) -> tuple[TypeShape, ...]:
+    """Every node type of a cluster, in the order the spec declares them (Ray breaks ties
+    between equally good node types by that order)."""
+    return tuple(TypeShape.of(t) for t in cluster.node_types.values())
+
+
+@dataclass(frozen=True)
+class CurrentNode:
+    """A node of the cluster now.
+
+    Running: Ray has it; `total` and `available` are what Ray reports (`available` defaults to
+    `total`), `labels` its labels. Pending: rented or renting but not in Ray yet; one per slot
+    that will become a worker (not per candidate). Ray's autoscaler counts a pending node at its
+    node type's shape; give `total` when the shape of this one is known (its offer's, or its
+    agent's once it enrolled), and it is counted at that instead.
+
+    `head` marks Ray's head (its node type need not be a worker node type; it is never
+    launched). `idle_ms` is how long Ray has seen the node idle.
+    """
+
+    node_type: str
+    running: bool
+    total: Resources | None = None
+    available: Resources | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    head: bool = False
+    node_id: str = ""
+    idle_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.running and self.total is None:
+            raise ValueError("a running node has the total resources Ray reports")
+        if self.head and not self.running:
+            raise ValueError("Ray's head is a running node")
+
+
+@dataclass(frozen=True)
+class ShapeCount:
+    """`count` requests of one shape: pending tasks or actors, or bundles of a
+    `request_resources()` constraint. A request may carry label selectors: Ray places it where
+    one of them holds, preferring the first (`fallback_strategy` adds the others)."""
+
+    resources: Resources
+    count: int = 1
+    label_selectors: tuple[LabelSelector, ...] = ()
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One bundle of a placement group, with its own label selector if it has one."""
+
+    resources: Resources
+    label_selector: LabelSelector = ()
+
+
+@dataclass(frozen=True)
+class PlacementGroup:
+    """A pending placement group: its bundles not yet placed, placed all at once or not at all.
+    STRICT_PACK puts them on one node, STRICT_SPREAD each on its own node; PACK and SPREAD are
+    preferences the autoscaler does not enforce (Ray's GCS gives it no constraint for them)."""
+
+    id: str
+    strategy: Strategy
+    bundles: tuple[Bundle, ...]
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown placement strategy {self.strategy!r}")
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What Ray asks for, as its GCS reports it to the autoscaler."""
+
+    tasks: tuple[ShapeCount, ...] = ()
+    placement_groups: tuple[PlacementGroup, ...] = ()
+    requested: tuple[ShapeCount, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.tasks or self.placement_groups or self.requested)
+
+
+def request_resources(
+    num_cpus: int | None = None,
+    bundles: Sequence[Resources] = (),
+    bundle_label_selectors: Sequence[Mapping[str, str]] = (),
+) -> tuple[ShapeCount, ...]:
+    """The constraint `ray.autoscaler.sdk.request_resources(...)` records: `num_cpus` bundles of
+    one CPU, then the bundles, equal ones counted together (as Ray's SDK groups them)."""
+    selectors = list(bundle_label_selectors) + [{}] * (len(bundles) - len(bundle_label_selectors))
+    wanted: list[tuple[Resources, LabelSelector]] = [({"CPU": 1.0}, ())] * (num_cpus or 0)
+    wanted += [(b, label_selector(s)) for b, s in zip(bundles, selectors, strict=False)]
+    counts: dict[tuple[tuple[tuple[str, float], ...], LabelSelector], int] = {}
+    for resources, selector in wanted:
+        key = (tuple(sorted((k, float(v)) for k, v in resources.items())), selector)
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(
+        ShapeCount(MappingProxyType(dict(shape)), count, (selector,) if selector else ())
+        for (shape, selector), count in counts.items()
+    )
+
+
+UnmetKind = Literal["tasks", "placement_group", "request_resources"]
+
+
+@dataclass(frozen=True)
+class Unmet:
+    """Demand the packing could not place: `count` requests of one shape (tasks, or bundles of
+    the request_resources constraint), or one placement group."""
+
+    kind: UnmetKind
+    bundles: tuple[Resources, ...]
+    count: int = 1
+    placement_group: str | None = None
+    strategy: Strategy | None = None
+
+    def words(self) -> str:
+        """Ray's way of writing it: `{GPU: 1}`, `{CPU: 1} x 3`, or a placement group."""
+        if self.kind == "placement_group":
+            shapes = ", ".join(shape_words(b) for b in self.bundles)
+            return f"placement group {self.placement_group} ({self.strategy}: {shapes})"
+        text = shape_words(self.bundles[0]) if self.bundles else "{}"
+        return text if self.count == 1 else f"{text} x {self.count}"
+
+
+def shape_words(resources: Resources) -> str:
+    """`{CPU: 1, GPU: 1}`: a shape with whole amounts written whole, names sorted."""
+    parts = []
+    for name in sorted(resources):
+        amount = float(resources[name])
+        parts.append(f"{name}: {int(amount) if amount.is_integer() else amount}")
+    return "{" + ", ".join(parts) + "}"
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Ray's decision: nodes to launch per node type (those `min_workers` needs included, as Ray
+    launches them), and what it leaves unplaced. `infeasible` fits no node type at all (rent
+    nothing for it and say so); `capped` would fit a node type whose `max_workers`, or the
+    cluster's node limit, leaves no room. `ray_version` is the Ray that decided."""
+
+    launches: Mapping[str, int]
+    infeasible: tuple[Unmet, ...]
+    capped: tuple[Unmet, ...]
+    ray_version: str
+
+    @property
+    def total(self) -> int:
+        return sum(self.launches.values())
+
+
+def launches_of(pairs: Iterable[tuple[str, int]]) -> Mapping[str, int]:
+    """Counts by node type, without zeros, read-only."""
+    out: dict[str, int] = {}
+    for name, count in pairs:
+        if count:
+            out[name] = out.get(name, 0) + count
+    return MappingProxyType(out)

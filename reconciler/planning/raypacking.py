@@ -1,0 +1,324 @@
+"""Demand becomes nodes the way Ray's own autoscaler computes it (DESIGN.md 10).
+
+ray-vast does not re-implement Ray's packing: it asks Ray. `pack` hands the cluster and the
+demand to autoscaler v2's `ResourceDemandScheduler.schedule`, the pure decision at the heart of
+Ray's autoscaler (no process, no GCS, no cloud call), and reads back the nodes to launch per node
+type and what stays unplaced. So every rule is Ray's exactly, including those nobody would think
+to copy: min_workers first, then the request_resources constraint against total capacity, then
+placement groups all-or-nothing (STRICT_PACK as one combined request, STRICT_SPREAD by
+anti-affinity), then tasks and actors sorted as Ray sorts them; existing nodes (running, then
+pending) before new ones; among new ones, Ray's utilisation score with its GPU conservation (a
+GPU node only when nothing else fits or the demand asks for GPUs) and label selectors.
+
+What this module adds is the translation, done as Ray's own pieces do it:
+
+- node types become `NodeTypeConfig`s, as `AutoscalingConfig.get_node_type_configs` makes them
+  from `available_node_types`; Ray's head gets a node type of its own that is never launched,
+  and so does a running worker whose node type the spec no longer has;
+- running nodes become `AutoscalerInstance`s in RAY_RUNNING with the `NodeState` Ray's GCS would
+  report; pending ones are ALLOCATED instances, which Ray counts at their node type's shape (or,
+  given their known total, as nodes of that total);
+- placement groups become `GangResourceRequest`s as the GCS builds them
+  (`GetPendingGangResourceRequests`: a `_PG_<id>` affinity for STRICT_PACK, anti-affinity for
+  STRICT_SPREAD, nothing for PACK and SPREAD); `request_resources` becomes the one
+  `ClusterResourceConstraint`.
+
+Ray is imported inside `pack` only (it is heavy, and the rest of `reconciler.planning` stays free
+of it; tests/layering/layers.py allows exactly this). Ray's scheduler uses private helpers that
+change between releases, so the Ray it was checked against is pinned below and the corpus
+(tests/planning/test_ray_packing_corpus.py) fails loudly on another one.
+
+Ray's scheduler logs at INFO on `ray.autoscaler.v2.scheduler` (e.g. "Adding 1 nodes to satisfy
+min count"); the caller's logging decides whether that is shown.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reconciler.model.demand import (
+    Bundle,
+    CurrentNode,
+    Demand,
+    LabelSelector,
+    Packing,
+    PlacementGroup,
+    ShapeCount,
+    TypeShape,
+    Unmet,
+    launches_of,
+)
+
+# The Ray whose ResourceDemandScheduler the corpus was checked against.
+TESTED_RAY_VERSION = "2.60.0"
+# Ray's kPlacementGroupConstraintKeyPrefix: the label a placement group's bundles share.
+PG_LABEL_PREFIX = "_PG_"
+
+
+def pack(
+    node_types: Sequence[TypeShape],
+    nodes: Sequence[CurrentNode],
+    demand: Demand,
+    *,
+    max_workers: int | None = None,
+) -> Packing:
+    """The nodes Ray's autoscaler would launch per node type for `demand`, given the node types
+    (in spec order: Ray breaks ties by it) and the current nodes; `max_workers` caps the workers
+    of the whole cluster as Ray's top-level `max_workers` does (the head is not counted)."""
+    ray = _Ray()
+    configs = ray.node_type_configs(node_types, nodes)
+    heads = sum(1 for n in nodes if n.head)
+    request = ray.SchedulingRequest(
+        # As KubeRay runs autoscaler v2. With the check on, Ray 2.60 takes every pending
+        # instance for outdated (SchedulingNode.from_node_config drops its launch-config hash)
+        # and launches a replacement; it also warns about the head on every call.
+        disable_launch_config_check=True,
+        node_type_configs=configs,
+        max_num_nodes=None if max_workers is None else max_workers + heads,
+        resource_requests=[ray.by_count(s) for s in demand.tasks if s.count > 0],
+        gang_resource_requests=[ray.gang(pg) for pg in demand.placement_groups if pg.bundles],
+        cluster_resource_constraints=ray.constraints(demand.requested),
+        current_instances=[ray.instance(i, n) for i, n in enumerate(nodes)],
+    )
+    reply = ray.ResourceDemandScheduler(event_logger=None).schedule(request)
+    workers = {t.name for t in node_types}
+    launches = launches_of(
+        (lr.instance_type, int(lr.count)) for lr in reply.to_launch if lr.instance_type in workers
+    )
+    worker_configs = [configs[t.name] for t in node_types]
+    infeasible, capped = ray.unmet(reply, demand, worker_configs)
+    return Packing(launches, tuple(infeasible), tuple(capped), ray.version)
+
+
+class _Ray:
+    """Ray's autoscaler types, imported when the first packing is asked for."""
+
+    # Ray's generated protobuf modules have no static types: everything of Ray's is Any here.
+    def __init__(self) -> None:
+        import ray  # noqa: PLC0415 - the one lazy import of Ray in the core
+        from ray.autoscaler.v2 import scheduler  # noqa: PLC0415
+        from ray.autoscaler.v2.instance_manager import config  # noqa: PLC0415
+        from ray.autoscaler.v2.schema import AutoscalerInstance  # noqa: PLC0415
+        from ray.autoscaler.v2.utils import ResourceRequestUtil  # noqa: PLC0415
+        from ray.core.generated import (  # noqa: PLC0415
+            autoscaler_pb2,
+            common_pb2,
+            instance_manager_pb2,
+        )
+
+        self.version = str(ray.__version__)
+        self.scheduler: Any = scheduler
+        self.SchedulingRequest: Any = scheduler.SchedulingRequest
+        self.ResourceDemandScheduler: Any = scheduler.ResourceDemandScheduler
+        self.NodeTypeConfig: Any = config.NodeTypeConfig
+        self.AutoscalerInstance: Any = AutoscalerInstance
+        self.ResourceRequestUtil: Any = ResourceRequestUtil
+        self.pb: Any = autoscaler_pb2
+        self.common: Any = common_pb2
+        self.im: Any = instance_manager_pb2
+
+    # -- the cluster ------------------------------------------------------------------------
+
+    def node_type_configs(
+        self, node_types: Sequence[TypeShape], nodes: Sequence[CurrentNode]
+    ) -> dict[str, Any]:
+        configs: dict[str, Any] = {}
+        for t in node_types:
+            if t.min_workers > t.max_workers or t.min_workers < 0:
+                raise ValueError(f"node type {t.name}: min_workers above max_workers")
+            configs[t.name] = self.NodeTypeConfig(
+                name=t.name,
+                min_worker_nodes=t.min_workers,
+                max_worker_nodes=t.max_workers,
+                resources=_positive(t.resources),
+                labels=dict(t.labels),
+            )
+        # Ray's head node type holds the head and is never launched: as AutoscalingConfig does,
+        # its max counts the head on top of its workers.
+        for head in (n for n in nodes if n.head):
+            known = configs.get(head.node_type)
+            if known is None:
+                configs[head.node_type] = self.NodeTypeConfig(
+                    name=head.node_type,
+                    min_worker_nodes=0,
+                    max_worker_nodes=1,
+                    resources=_positive(head.total or {}),
+                    labels=dict(head.labels),
+                )
+            else:
+                known.max_worker_nodes += 1
+        # A running worker whose node type the spec no longer has keeps its capacity for Ray,
+        # as Ray's scheduler keeps an outdated node's until it is gone; none of its type is
+        # launched. (A pending one of such a type is not counted, as in Ray.)
+        gone = Counter(n.node_type for n in nodes if n.running and n.node_type not in configs)
+        for name, count in gone.items():
+            configs[name] = self.NodeTypeConfig(
+                name=name, min_worker_nodes=0, max_worker_nodes=count, resources={}, labels={}
+            )
+        return configs
+
+    def instance(self, index: int, node: CurrentNode) -> Any:
+        im = self.im
+        instance_id = node.node_id or f"rv-node-{index}"
+        kind = im.NodeKind.HEAD if node.head else im.NodeKind.WORKER
+        if not node.running and node.total is None:
+            # Not in Ray yet: Ray's autoscaler counts it at its node type's shape.
+            pending = im.Instance(
+                instance_id=instance_id,
+                instance_type=node.node_type,
+                status=im.Instance.ALLOCATED,
+                node_kind=kind,
+                cloud_instance_id=instance_id,
+            )
+            return self.AutoscalerInstance(im_instance=pending, cloud_instance_id=instance_id)
+        ray_node_id = f"{index:056x}"
+        total = _positive(node.total or {})
+        available = total if node.available is None else _positive(node.available)
+        state = self.pb.NodeState(
+            node_id=bytes.fromhex(ray_node_id),
+            instance_id=instance_id,
+            ray_node_type_name=node.node_type,
+            total_resources=total,
+            available_resources=available,
+            labels=dict(node.labels),
+            idle_duration_ms=node.idle_ms,
+            status=self.pb.NodeStatus.IDLE if node.idle_ms else self.pb.NodeStatus.RUNNING,
+        )
+        running = im.Instance(
+            instance_id=instance_id,
+            instance_type=node.node_type,
+            status=im.Instance.RAY_RUNNING,
+            node_kind=kind,
+            node_id=ray_node_id,
+            cloud_instance_id=instance_id,
+        )
+        return self.AutoscalerInstance(
+            im_instance=running, ray_node=state, cloud_instance_id=instance_id
+        )
+
+    # -- the demand -------------------------------------------------------------------------
+
+    def request(
+        self,
+        resources: Mapping[str, float],
+        selectors: Sequence[LabelSelector] = (),
+        constraint: Any = None,
+    ) -> Any:
+        req = self.pb.ResourceRequest(resources_bundle=_positive(resources))
+        for selector in selectors:
+            req.label_selectors.append(self.selector(selector))
+        if constraint is not None:
+            req.placement_constraints.append(constraint)
+        return req
+
+    def selector(self, selector: LabelSelector) -> Any:
+        ops = self.common.LabelSelectorOperator
+        return self.common.LabelSelector(
+            label_constraints=[
+                self.common.LabelSelectorConstraint(
+                    label_key=c.key,
+                    operator=ops.LABEL_OPERATOR_NOT_IN if c.negated else ops.LABEL_OPERATOR_IN,
+                    label_values=list(c.values),
+                )
+                for c in selector
+            ]
+        )
+
+    def by_count(self, shape: ShapeCount) -> Any:
+        return self.pb.ResourceRequestByCount(
+            request=self.request(shape.resources, shape.label_selectors), count=shape.count
+        )
+
+    def gang(self, pg: PlacementGroup) -> Any:
+        """As the GCS reports a pending placement group (GetPendingGangResourceRequests)."""
+        label = PG_LABEL_PREFIX + pg.id
+        constraint = None
+        if pg.strategy == "STRICT_SPREAD":
+            constraint = self.pb.PlacementConstraint(
+                anti_affinity=self.pb.AntiAffinityConstraint(label_name=label, label_value="")
+            )
+        elif pg.strategy == "STRICT_PACK":
+            constraint = self.pb.PlacementConstraint(
+                affinity=self.pb.AffinityConstraint(label_name=label, label_value="")
+            )
+
+        def one(bundle: Bundle) -> Any:
+            selectors = (bundle.label_selector,) if bundle.label_selector else ()
+            return self.request(bundle.resources, selectors, constraint)
+
+        return self.pb.GangResourceRequest(
+            requests=[one(b) for b in pg.bundles],
+            details=f"{pg.id}:{pg.strategy}|PENDING",
+            bundle_selectors=[
+                self.pb.BundleSelector(resource_requests=[one(b) for b in pg.bundles])
+            ],
+        )
+
+    def constraints(self, requested: Sequence[ShapeCount]) -> list[Any]:
+        wanted = [self.by_count(s) for s in requested if s.count > 0]
+        return [self.pb.ClusterResourceConstraint(resource_requests=wanted)] if wanted else []
+
+    # -- what stays unplaced ----------------------------------------------------------------
+
+    def fits_a_node_type(self, req: Any, configs: Sequence[Any]) -> bool:
+        """Whether one request fits an empty node of some node type, by Ray's own rule."""
+        s = self.scheduler
+        for config in configs:
+            node = s.SchedulingNode.from_node_config(
+                copy.deepcopy(config),
+                status=s.SchedulingNodeStatus.TO_LAUNCH,
+                node_kind=self.im.NodeKind.WORKER,
+            )
+            remaining, _ = node.try_schedule([req], s.ResourceRequestSource.PENDING_DEMAND)
+            if not remaining:
+                return True
+        return False
+
+    def unmet(
+        self, reply: Any, demand: Demand, configs: Sequence[Any]
+    ) -> tuple[list[Unmet], list[Unmet]]:
+        infeasible: list[Unmet] = []
+        capped: list[Unmet] = []
+
+        def sort(unmet: Unmet, fits: bool) -> None:
+            (capped if fits else infeasible).append(unmet)
+
+        left = Counter(
+            r.SerializeToString(deterministic=True) for r in reply.infeasible_resource_requests
+        )
+        for shape in demand.tasks:
+            req = self.request(shape.resources, shape.label_selectors)
+            key = req.SerializeToString(deterministic=True)
+            count = min(left[key], shape.count)
+            left[key] -= count
+            if count:
+                unmet = Unmet("tasks", (_positive(shape.resources),), count)
+                sort(unmet, self.fits_a_node_type(req, configs))
+        by_id = {pg.id: pg for pg in demand.placement_groups}
+        for gang in reply.infeasible_gang_resource_requests:
+            pg = by_id[gang.details.split(":", 1)[0]]
+            combined = self.ResourceRequestUtil.combine_requests_with_affinity(
+                list(gang.bundle_selectors[0].resource_requests)
+            )
+            unmet = Unmet(
+                "placement_group",
+                tuple(_positive(b.resources) for b in pg.bundles),
+                placement_group=pg.id,
+                strategy=pg.strategy,
+            )
+            sort(unmet, all(self.fits_a_node_type(r, configs) for r in combined))
+        if reply.infeasible_cluster_resource_constraints:
+            for shape in demand.requested:
+                req = self.request(shape.resources, shape.label_selectors)
+                unmet = Unmet("request_resources", (_positive(shape.resources),), shape.count)
+                sort(unmet, self.fits_a_node_type(req, configs))
+        return infeasible, capped
+
+
+def _positive(resources: Mapping[str, float]) -> dict[str, float]:
+    """Ray reports and compares only positive amounts (a `GPU: 0` key would count as asking
+    for GPUs in its GPU-conservation rule)."""
+    return {k: float(v) for k, v in resources.items() if v > 0}

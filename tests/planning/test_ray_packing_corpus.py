@@ -547,6 +547,15 @@ CASES: list[Case] = [
         expect={},
         ray_only_types={"old": {"resources": {}, "max_workers": 1}},
     ),
+    Case(
+        # Ray marks the 2 workers above max_workers for termination and still packs demand onto
+        # them in the same decision: nothing is launched.
+        "workers-above-max-still-take-demand",
+        "cpu2",
+        T(tasks(CPU1, 16)),
+        nodes=tuple(cpu2() for _ in range(8)),
+        expect={},
+    ),
     # -- request_resources --------------------------------------------------------------------
     Case("request-4-cpus", "cpu2", R(request_resources(num_cpus=4)), expect={"cpu": 2}),
     Case(

@@ -8,11 +8,17 @@ start real agent or watch processes, or run a benchmark).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.served import world
+from vastsim.process import MARKER
 
 __all__ = ["world"]
 
@@ -36,3 +42,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if where.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+
+
+def _container_survivors(base: str) -> list[int]:
+    """Live processes of this run's simulated containers: a VASTSIM_CONTAINER marker in their
+    environment, and their environment or working directory under this run's basetemp."""
+    needle, place = f"{MARKER}=".encode(), f"{base}/"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        ours = place.encode() in environ or cwd.startswith(place)
+        if needle in environ and ours and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_container_outlives_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Issue 14: when the run ends, no process of a container it started is alive (they are
+    then killed, and the run fails with their pids and command lines)."""
+    base = str(tmp_path_factory.getbasetemp().resolve())
+    yield
+    deadline = time.monotonic() + 10.0  # a destroy a moment ago may still be reaping
+    while (left := _container_survivors(base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = []
+    for pid in left:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            lines.append(f"  {pid}: {argv.strip()[:200]}")
+            os.kill(pid, signal.SIGKILL)
+    assert not left, "container processes outlived the test run (now killed):\n" + "\n".join(lines)

@@ -1,7 +1,33 @@
-"""The process runner: each container is a local process group with vast's environment.
+"""The process runner: each container is a local process tree with vast's environment, in a PID
+namespace of its own.
 
-PID 1 of the container is the leader of a new session (`start_new_session`), so the whole
-container can be signalled and killed as one process group, and nothing it starts outlives it.
+Containers contain. PID 1 of a container is the first process of a new PID namespace (and the
+leader of a new session). When it dies (it exits, or a stop's or a destroy's SIGKILL ends it) the
+kernel kills every other process of the namespace, whatever session, process group or environment
+it has: Ray starts its agents with `setsid` and their process titles overwrite their environment,
+and they end with the container all the same. PID 1 also gets the kernel's signal rules rather
+than emulated ones: a signal it has no handler for is dropped, from inside the container or from
+the host (KILL and STOP from the host excepted), so `docker stop` of a PID 1 that does not catch
+TERM takes the whole grace, as on vast. Orphans are reparented to PID 1, which reaps them or not.
+
+How: a short-lived thread calls unshare(CLONE_NEWPID), which makes that thread's next child PID 1
+of a new namespace, and starts `unshare --mount-proc -- <argv>` (util-linux) as that child. As PID
+1 it mounts a /proc of its own namespace in a private mount namespace and then execs argv, so PID 1
+*is* the container's command, and its host pid is what `pid` returns and what a stop signals. The
+mount namespace is there only so that /proc agrees with the pids the container sees (Ray's agents
+and our agent look themselves and their process groups up in /proc by pid); every other mount is
+the host's, and so is the network (there is no network namespace: containers reach the host's
+loopback). `host_pid` turns a pid seen inside a container into the host's.
+
+Fallback: without PID namespaces (not root, EPERM, no util-linux `unshare`, not Linux; probed once
+per process and logged) PID 1 of a container is only the leader of a new session
+(`start_new_session`), the container is signalled and killed as one process group, and processes
+that left the group are found by their marker (below). A process that left the group *and* lost
+its environment then outlives its container. `ProcessRunner(contain=False)` asks for the fallback.
+
+Every process of a container carries `VASTSIM_CONTAINER=<runner>.<instance>.<boot>` in its
+environment: the fallback finds processes that left the group by it, and with namespaces one sweep
+after a container's end is a cheap second belt.
 
 What runs as PID 1:
 - `runtype: args`: the create's `args` as argv, run directly (no shell). When the create also has
@@ -19,10 +45,6 @@ their outgoing connections to it (on vast the host's NAT does that), so a server
 which instance is calling. Linux routes the whole 127.0.0.0/8 to `lo`, so binding any of them
 needs no configuration, in a loopback-only network namespace too.
 
-Every process of a container carries `VASTSIM_CONTAINER=<runner>.<instance>.<boot>` in its
-environment, so a process that left the group (`setsid`) is still found and killed with its
-container.
-
 stdout and stderr go to `<workdir>/<instance id>/container.log` (served by request_logs); the
 container's working directory and `DATA_DIRECTORY` is `<workdir>/<instance id>/workspace`.
 """
@@ -30,17 +52,23 @@ container's working directory and `DATA_DIRECTORY` is `<workdir>/<instance id>/w
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import logging
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, cast
 
 from vastsim.runners import ContainerSpec
 
@@ -49,17 +77,25 @@ IDLE = "exec sleep infinity"
 
 MARKER = "VASTSIM_CONTAINER"
 
+CLONE_NEWPID = 0x20000000
+# util-linux unshare(1) run as PID 1 of the new PID namespace: a private mount namespace with a
+# /proc of that PID namespace, then exec of the container's argv
+SHIM = ("--mount-proc", "--propagation", "private", "--")
+
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class _Group:
     proc: subprocess.Popen[bytes]
     boot: int
     marker: str
+    namespace: str | None  # PID 1's PID namespace ("pid:[...]"); None without namespaces
     kill_at: float | None = None  # monotonic time to escalate a stop to SIGKILL
 
 
 class ProcessRunner:
-    """Containers as local process groups (real time only)."""
+    """Containers as local process trees, each in its own PID namespace (real time only)."""
 
     loopback_ips = True
 
@@ -69,7 +105,10 @@ class ProcessRunner:
         *,
         stop_grace: float = 10.0,
         base_env: Mapping[str, str] | None = None,
+        contain: bool | None = None,
     ) -> None:
+        """`contain`: PID namespaces when available (None), always (True: an error when they are
+        not), or never (False: the process-group fallback)."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.stop_grace = stop_grace
@@ -78,6 +117,10 @@ class ProcessRunner:
             if base_env is not None
             else {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
         )
+        why = no_namespaces() if contain is not False else "not asked for"
+        if contain and why is not None:
+            raise RuntimeError(f"vastsim: no PID namespaces for containers: {why}")
+        self.contained = why is None
         self._token = secrets.token_hex(6)
         self._live: dict[int, _Group] = {}
         self._dying: dict[int, list[_Group]] = {}
@@ -119,19 +162,17 @@ class ProcessRunner:
         env["DATA_DIRECTORY"] = str(workspace)
         marker = f"{self._token}.{spec.instance_id}.{spec.boot}"
         env[MARKER] = marker
+        argv = command(spec)
         with self._lock:
             self._kill_live(spec.instance_id)
-            with open(self.log_path(spec.instance_id), "ab") as log:
-                proc = subprocess.Popen(
-                    command(spec),
-                    cwd=workspace,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            self._live[spec.instance_id] = _Group(proc, spec.boot, marker)
+            with open(self.log_path(spec.instance_id), "ab") as out:
+                if self.contained:
+                    proc = _popen_contained(argv, workspace, env, out)
+                    namespace = _namespace(proc.pid)
+                else:
+                    proc = _popen(argv, workspace, env, out)
+                    namespace = None
+            self._live[spec.instance_id] = _Group(proc, spec.boot, marker, namespace)
 
     def stop(self, instance_id: int, now: float) -> None:
         """docker stop: TERM to the group, KILL after `stop_grace` seconds (in `step`)."""
@@ -144,7 +185,7 @@ class ProcessRunner:
             self._dying.setdefault(instance_id, []).append(group)
 
     def destroy(self, instance_id: int, now: float) -> None:
-        """Kill the whole process group at once and reap it."""
+        """Kill the container at once (PID 1, and with it everything else) and reap it."""
         with self._lock:
             groups = self._dying.pop(instance_id, [])
             live = self._live.pop(instance_id, None)
@@ -182,8 +223,8 @@ class ProcessRunner:
         return exited
 
     def _settle(self, group: _Group) -> bool:
-        """True when a stopping group is gone; KILL it once its grace has run out."""
-        if group.proc.poll() is not None and not group_pids(group.proc.pid):
+        """True when a stopping container is gone; KILL it once its grace has run out."""
+        if group.proc.poll() is not None and not _members(group):
             _kill_marked(group.marker)
             return True
         if group.kill_at is not None and time.monotonic() >= group.kill_at:
@@ -206,7 +247,7 @@ class ProcessRunner:
             return ""
 
     def pid(self, instance_id: int) -> int | None:
-        """PID 1 of the instance's running container."""
+        """PID 1 of the instance's running container, as the host numbers it."""
         with self._lock:
             group = self._live.get(instance_id)
             return None if group is None else group.proc.pid
@@ -217,13 +258,31 @@ class ProcessRunner:
             return None if group is None else group.boot
 
     def pids(self, instance_id: int) -> list[int]:
-        """Every live process of the instance's containers (running and stopping)."""
+        """Every live process of the instance's containers (running and stopping), host pids."""
         with self._lock:
-            groups = list(self._dying.get(instance_id, []))
-            live = self._live.get(instance_id)
-            if live is not None:
-                groups.append(live)
-            return sorted(p for g in groups for p in group_pids(g.proc.pid))
+            return sorted(p for g in self._groups(instance_id) for p in _members(g))
+
+    def host_pid(self, instance_id: int, pid: int) -> int | None:
+        """The host's pid of the live process the instance's container sees as `pid` (the same
+        number without namespaces)."""
+        with self._lock:
+            for group in self._groups(instance_id):
+                members = _members(group)
+                if group.namespace is None:
+                    if pid in members or pid in marked_pids(group.marker):
+                        return pid
+                    continue
+                for member in members:
+                    if _pid_inside(member) == pid:
+                        return member
+            return None
+
+    def _groups(self, instance_id: int) -> list[_Group]:
+        groups = list(self._dying.get(instance_id, []))
+        live = self._live.get(instance_id)
+        if live is not None:
+            groups.append(live)
+        return groups
 
     def shutdown(self) -> None:
         with self._lock:
@@ -244,6 +303,155 @@ def command(spec: ContainerSpec) -> list[str]:
         return argv or ["sh", "-c", IDLE]
     script = (spec.onstart or "").strip()
     return ["sh", "-c", f"{script}\n{IDLE}" if script else IDLE]
+
+
+# -- namespaces -------------------------------------------------------------------------------
+
+_probe_lock = threading.Lock()
+_probed: list[str | None] = []  # [why not] once probed; [None] when namespaces work
+_unshare_tool: list[str] = []
+
+
+def no_namespaces() -> str | None:
+    """Why containers cannot have PID namespaces here, or None when they can. Probed once per
+    process (a real container start: unshare(2) in a thread, then the util-linux shim)."""
+    with _probe_lock:
+        if not _probed:
+            why = _probe()
+            if why is not None:
+                log.warning(
+                    "vastsim: containers get no PID namespace (%s); falling back to process "
+                    "groups and markers, so a process that leaves its group and drops its "
+                    "environment outlives its container",
+                    why,
+                )
+            _probed.append(why)
+        return _probed[0]
+
+
+def _probe() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return f"not Linux ({sys.platform})"
+    tool = shutil.which("unshare")
+    if tool is None:
+        return "no unshare(1) from util-linux on PATH"
+    try:
+        _libc_unshare()
+    except (OSError, AttributeError) as exc:
+        return f"no unshare(2) in libc ({exc})"
+    _unshare_tool[:] = [tool]
+    try:
+        proc = _popen_contained(
+            ["sh", "-c", 'printf %s "$$"'],
+            Path("/"),
+            {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            subprocess.PIPE,
+        )
+        said, _ = proc.communicate(timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if proc.returncode != 0 or said != b"1":
+        return f"a probe container answered {said!r} (exit {proc.returncode})"
+    return None
+
+
+def _libc_unshare() -> Callable[[int], int]:
+    fn = ctypes.CDLL(None, use_errno=True).unshare
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return cast("Callable[[int], int]", fn)
+
+
+def _popen(
+    argv: list[str], cwd: Path, env: Mapping[str, str], out: IO[bytes] | int
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _popen_contained(
+    argv: list[str], cwd: Path, env: Mapping[str, str], out: IO[bytes] | int
+) -> subprocess.Popen[bytes]:
+    """`_popen` as PID 1 of a new PID namespace (see the module docstring). The thread that
+    unshares ends with the call, so no other child of this process lands in the namespace."""
+    _check_executable(argv[0], cwd, env)
+    unshare = _libc_unshare()
+    started: list[subprocess.Popen[bytes]] = []
+    failed: list[BaseException] = []
+
+    def spawn() -> None:
+        try:
+            if unshare(CLONE_NEWPID) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, f"unshare(CLONE_NEWPID): {os.strerror(code)}")
+            started.append(_popen([_unshare_tool[0], *SHIM, *argv], cwd, env, out))
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=spawn, name="vastsim-container-start", daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return started[0]
+
+
+def _check_executable(program: str, cwd: Path, env: Mapping[str, str]) -> None:
+    """The error Popen would raise for a missing program (the shim would only exit 127)."""
+    if "/" in program:
+        found = os.access(cwd / program, os.X_OK) and not (cwd / program).is_dir()
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+def _namespace(pid: int) -> str | None:
+    """The PID namespace of a live process ("pid:[4026532177]"), None when it is gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def namespace_pids(namespace: str) -> list[int]:
+    """Live processes of a PID namespace, host pids, from /proc (a zombie has no namespace)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _namespace(int(entry)) == namespace:
+            found.append(int(entry))
+    return found
+
+
+def _pid_inside(pid: int) -> int | None:
+    """The pid of a process in its own (innermost) PID namespace, from /proc/<pid>/status."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _members(group: _Group) -> list[int]:
+    """The live processes of one container: its namespace's, or (fallback) its group's."""
+    if group.namespace is None:
+        return group_pids(group.proc.pid)
+    if group.proc.poll() is not None:
+        return []  # PID 1 reaped: the kernel has ended the namespace (its id may be reused)
+    return namespace_pids(group.namespace)
+
+
+# -- process groups and markers ---------------------------------------------------------------
 
 
 def group_pids(pgid: int) -> list[int]:
@@ -292,12 +500,20 @@ def _kill_marked(prefix: str) -> None:
 
 
 def _end_group(group: _Group) -> None:
-    """SIGKILL the whole group (and strays that left it), reap PID 1, wait until none is left."""
+    """SIGKILL the container and reap PID 1. In a PID namespace that is all: PID 1 is reaped only
+    once the kernel has ended every other process of the namespace; then one marker sweep. In
+    the fallback: the group and the strays that left it, until none is left."""
     proc = group.proc
     _killpg(proc.pid, signal.SIGKILL)
-    _kill_marked(group.marker)
+    if group.namespace is not None:
+        proc.send_signal(signal.SIGKILL)  # PID 1 itself, should it have left its group
+    else:
+        _kill_marked(group.marker)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
+    if group.namespace is not None and proc.returncode is not None:
+        _kill_marked(group.marker)
+        return
     deadline = time.monotonic() + 5.0
     while (group_pids(proc.pid) or marked_pids(group.marker)) and time.monotonic() < deadline:
         _killpg(proc.pid, signal.SIGKILL)

@@ -32,6 +32,8 @@ SLOW = (
     "bench/",
     "vastsim/test_process_runner.py",
     "head/test_service_limits.py",
+    "watch/test_lock_discipline.py",
+    "watch/test_ray_readers_live.py",
 )
 
 

@@ -22,8 +22,6 @@ from reconciler.model.records import InstanceRecord, Intent, Phase, Records
 from tests.waiting import wait_for
 from vastsim.faults import CREATE_ROUTE
 
-pytestmark = pytest.mark.slow
-
 
 def test_heartbeats_are_answered_while_a_tick_waits_on_a_slow_create(tmp_path: Path) -> None:
     with latency_world(tmp_path, rentals=2, rate_limits=False) as world:

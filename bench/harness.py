@@ -82,7 +82,7 @@ class DemandSignals(AgentSignals):
     def __post_init__(self) -> None:
         super().__init__()
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]:
+    def demand(self, specs: Mapping[str, ClusterSpec], records: Records) -> Mapping[NodeKey, int]:
         return self.demand_at(self.clock.now()) if self.clock else {}
 
 

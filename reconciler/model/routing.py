@@ -78,6 +78,8 @@ ROUTES: dict[str, Route] = {
     # the controller's own refusals: a person decides
     "mass_destroy_refused": Route((Outcome.ALERT,), ends_machine=False),
     "specs_invalid": Route((Outcome.ALERT,), ends_machine=False),
+    # Ray asks for a shape no node type of the cluster can hold: nothing is rented for it
+    "infeasible_demand": Route((Outcome.ALERT,), ends_machine=False),
     # a worker's own report before it destroys itself (agent side endings)
     "worker_report": Route(_REPLACE),
     # the head's own notes: enrollments, and messages it refused (the refusal is the action)

@@ -13,7 +13,7 @@ send it work, so a replacement may be placed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from reconciler.model.observed import Offer
@@ -258,11 +258,7 @@ def scale(
     budget: offer_picking.Budget,
 ) -> None:
     live = live_of(draft, spec.name, node_type.name)
-    # a lost worker is out of rotation: it is not capacity (a replacement may be placed) and not
-    # counted against max_workers either (else its replacement is scaled down at the cap)
-    workers = [
-        r for r in live if r.role is Role.WORKER and r.intent is Intent.RUNNING and not r.lost
-    ]
+    workers = [r for r in live if _capacity(r)]
     wanted = min(max(node_type.min_workers, demand), node_type.max_workers)
     if len(workers) > node_type.max_workers:
         _scale_down(draft, workers, len(workers) - node_type.max_workers)
@@ -271,7 +267,7 @@ def scale(
     if paused is not None and paused > draft.now:
         draft.notes.append(f"{spec.name}/{node_type.name}: launches paused by the breaker")
         return
-    requests = _open_requests(draft, spec.name, node_type.name)
+    requests = _open_requests(draft.requests, spec.name, node_type.name)
     trying = sum(len(r.open_slots) for r in requests)
     slots = headroom(draft, spec, node_type.name, wanted - len(workers) - trying, trying)
     if slots > 0:
@@ -290,12 +286,42 @@ def scale(
         )
 
 
-def _open_requests(draft: Draft, cluster: str, node_type: str) -> list[Request]:
+def _open_requests(requests: Mapping[str, Request], cluster: str, node_type: str) -> list[Request]:
     return [
         r
-        for r in draft.requests.values()
+        for r in requests.values()
         if r.cluster == cluster and r.node_type == node_type and r.status is RequestStatus.OPEN
     ]
+
+
+def _capacity(record: InstanceRecord) -> bool:
+    """A worker that counts as capacity. A lost worker is out of rotation: it is not capacity (a
+    replacement may be placed) and not counted against max_workers either (else its replacement
+    is scaled down at the cap)."""
+    return (
+        record.role is Role.WORKER
+        and record.intent is Intent.RUNNING
+        and record.live
+        and not record.lost
+    )
+
+
+def capacity(
+    instances: Mapping[str, InstanceRecord],
+    requests: Mapping[str, Request],
+    cluster: str,
+    node_type: str,
+) -> int:
+    """The nodes of a node type the planner counts as there or coming: its workers and the open
+    slots of its open requests (what `scale` compares the wanted count with; Ray's demand reader
+    adds its launches to this)."""
+    workers = sum(
+        1
+        for r in instances.values()
+        if r.cluster == cluster and r.node_type == node_type and _capacity(r)
+    )
+    slots = sum(len(r.open_slots) for r in _open_requests(requests, cluster, node_type))
+    return workers + slots
 
 
 def _place(draft: Draft, spec: ClusterSpec, node_type: NodeType, slots: int) -> Request:

@@ -48,7 +48,9 @@ class Signals(Protocol):
     """What the controller learns from Ray and the agents, read once per tick. Anything that
     could not be read is "unknown" (None), never "no demand" or "idle"."""
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None: ...
+    def demand(
+        self, specs: Mapping[str, ClusterSpec], records: Records
+    ) -> Mapping[NodeKey, int] | None: ...
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]: ...
 
@@ -65,6 +67,11 @@ class Signals(Protocol):
         rotation); best effort."""
         ...
 
+    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
+        """By cluster: the demand of the last `demand` reading that fits no node type, in Ray's
+        words ("{GPU: 1} fits no node type of local-sim"); it rents nothing."""
+        ...
+
 
 class AgentSignals:
     """Signals from the agents' own heartbeat samples only (no Ray reader attached)."""
@@ -72,7 +79,7 @@ class AgentSignals:
     def __init__(self, freshness: float = 90.0) -> None:
         self.freshness = freshness
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int]:
+    def demand(self, specs: Mapping[str, ClusterSpec], records: Records) -> Mapping[NodeKey, int]:
         return {}
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
@@ -89,6 +96,9 @@ class AgentSignals:
 
     def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
         return None
+
+    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
+        return {}
 
 
 @dataclass
@@ -165,6 +175,7 @@ class Controller:
     failing: dict[str, Failing] = field(default_factory=dict)
     _shared_failing: set[str] = field(default_factory=set)
     _failed_now: set[str] = field(default_factory=set)  # the clusters that failed this tick
+    _infeasible_said: set[tuple[str, str]] = field(default_factory=set)
     # A stop was asked for (the first SIGINT/SIGTERM): a plan stops after the call in flight.
     stop_requested: Callable[[], bool] = lambda: False
     applier: Applier = field(init=False)
@@ -528,7 +539,10 @@ class Controller:
         runs none: the reconcile and the sweep stay due)."""
         specs = [s for name, s in self.specs.items() if "reconcile" in due.get(name, [])]
         sweep = any("orphan_sweep" in due.get(s.name, []) for s in specs)
-        demand = self._shared("ray_demand", lambda: self.signals.demand(self.specs), None)
+        seen = self.journal.records()
+        demand = self._shared("ray_demand", lambda: self.signals.demand(self.specs, seen), None)
+        if demand is not None:
+            self._say_infeasible(now)
         held: list[tuple[str, str]] = []
 
         def settle(plan_on: Callable[[Records], Plan]) -> Plan:
@@ -572,15 +586,40 @@ class Controller:
         report.results.append(self.applier.carry_out(plan.actions))
         return {s.name: ["reconcile", *(["orphan_sweep"] if sweep else [])] for s in specs}
 
+    def _say_infeasible(self, now: float) -> None:
+        """Demand that fits no node type rents nothing; each shape is said once (ledger, log, an
+        alert in `status`) while Ray keeps asking for it, and again if it comes back later."""
+        nothing: Mapping[str, tuple[str, ...]] = {}
+        asked = self._shared("ray_infeasible", self.signals.infeasible, nothing)
+        current = {(cluster, words) for cluster, said in asked.items() for words in said}
+        for cluster, words in sorted(current - self._infeasible_said):
+            if cluster in self.specs:
+                self.raise_alert(
+                    cluster, "infeasible_demand", words, now=now, record=None, key=words
+                )
+        self._infeasible_said = current
+
     def raise_alert(
-        self, cluster: str, cls: str, message: str, *, now: float, record: str | None = None
+        self,
+        cluster: str,
+        cls: str,
+        message: str,
+        *,
+        now: float,
+        record: str | None = None,
+        key: str | None = None,
     ) -> None:
         """An alert for a person: in the records (`status`), the ledger and the log; the same
-        alert is not raised again within an hour."""
+        alert (cluster, class, record, and `key`: the message, for alerts told apart by it) is
+        not raised again within an hour."""
         with self.lock:
             records = self.journal.records()
             recent = any(
-                a.cluster == cluster and a.cls == cls and a.record == record and now - a.at < 3600
+                a.cluster == cluster
+                and a.cls == cls
+                and a.record == record
+                and (key is None or a.message == key)
+                and now - a.at < 3600
                 for a in records.alerts
             )
             if recent:
@@ -668,7 +707,10 @@ class Controller:
 
     def _demand_of(self, cluster: str) -> Mapping[NodeKey, int] | None:
         specs = {cluster: self.specs[cluster]}
-        return self._shared(f"ray_demand of {cluster}", lambda: self.signals.demand(specs), None)
+        seen = self.journal.records()
+        return self._shared(
+            f"ray_demand of {cluster}", lambda: self.signals.demand(specs, seen), None
+        )
 
     def _cluster_nets(
         self,

@@ -95,7 +95,9 @@ class RayReaders:
 
     # --- Signals ---------------------------------------------------------------------------------
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
+    def demand(
+        self, specs: Mapping[str, ClusterSpec], records: Records
+    ) -> Mapping[NodeKey, int] | None:
         """Each asked cluster's demand from its own reader. None only when nothing answered: a
         demand map cannot say "unknown" for one cluster, so a failed reader's cluster is left out
         (no demand known), which is what None means to a planner of that cluster alone."""
@@ -105,18 +107,27 @@ class RayReaders:
             reader = self.readers.get(name)
             if reader is None:
                 continue
-            part = self._ask(name, "demand", reader.demand, {name: spec})
+            part = self._ask(name, "demand", reader.demand, {name: spec}, records)
             if part is None:
                 continue
             answered = True
             out.update({key: n for key, n in part.items() if key[0] == name})
         others = {n: s for n, s in specs.items() if n not in self.readers}
         if others:
-            rest = self.fallback.demand(others)
+            rest = self.fallback.demand(others, records)
             if rest is not None:
                 answered = True
                 out.update({key: n for key, n in rest.items() if key[0] in others})
         return out if answered else None
+
+    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
+        out: dict[str, tuple[str, ...]] = {}
+        for name, reader in self.readers.items():
+            said = getattr(reader, "infeasible", None)
+            part = self._ask(name, "infeasible", said) if callable(said) else None
+            if part and part.get(name):
+                out[name] = tuple(part[name])
+        return out
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         out: dict[str, bool | None] = {}

@@ -27,6 +27,7 @@ from typing import Any
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
+from reconciler.watch import raydemand
 
 log = logging.getLogger("ray_vast")
 
@@ -66,6 +67,7 @@ class RaySignals:
         self.cluster = cluster
         self.token_path = token_path
         self._client: Any = None
+        self._infeasible: tuple[str, ...] = ()
         if token_path and "ray" not in sys.modules:
             # Ray reads its token settings from the process environment when it is first
             # imported: they must be in place before anything imports Ray (a later reader of
@@ -99,9 +101,11 @@ class RaySignals:
     # Each reading runs with this reader's token: Ray holds one token per process, read at each
     # call from what the environment names once its cache is reset.
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
+    def demand(
+        self, specs: Mapping[str, ClusterSpec], records: Records
+    ) -> Mapping[NodeKey, int] | None:
         with _authenticated(self.token_path):
-            return self._demand(specs)
+            return self._demand(specs, records)
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         with _authenticated(self.token_path):
@@ -119,7 +123,12 @@ class RaySignals:
         with _authenticated(self.token_path):
             return self._probes(records)
 
-    def _demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
+    def _demand(
+        self, specs: Mapping[str, ClusterSpec], records: Records
+    ) -> Mapping[NodeKey, int] | None:
+        """The workers each node type needs: those counted now plus what Ray's own scheduler
+        launches for the pending demand (`raydemand`); demand that fits no node type is kept
+        for `infeasible` and rents nothing."""
         spec = specs.get(self.cluster)
         if spec is None:
             return {}
@@ -128,15 +137,13 @@ class RaySignals:
         except Exception as exc:
             log.warning("Ray demand of %s not read: %s", self.cluster, exc)
             return None
-        counts: dict[NodeKey, int] = {}
-        for request in state.pending_resource_requests:
-            key = (spec.name, _node_type_for(spec, dict(request.request.resources_bundle)))
-            counts[key] = counts.get(key, 0) + int(request.count)
-        for gang in state.pending_gang_resource_requests:
-            for bundle in gang.requests:
-                key = (spec.name, _node_type_for(spec, dict(bundle.resources_bundle)))
-                counts[key] = counts.get(key, 0) + 1
-        return counts
+        read = raydemand.reading(state, spec, records)
+        self._infeasible = read.infeasible
+        return read.wanted
+
+    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
+        """The last reading's demand that fits no node type, in Ray's words, by cluster."""
+        return {self.cluster: self._infeasible} if self._infeasible else {}
 
     def _busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         try:
@@ -214,10 +221,3 @@ class RaySignals:
             for nid, n in nodes.items()
             if "rv_record" in n.labels and n.state == ALIVE
         }
-
-
-def _node_type_for(spec: ClusterSpec, bundle: Mapping[str, float]) -> str:
-    for name, node_type in spec.node_types.items():
-        if any(key in bundle for key in node_type.ray_resources):
-            return name
-    return next(iter(spec.node_types))

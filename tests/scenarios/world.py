@@ -171,7 +171,9 @@ class Signals:
     readable: Callable[[float], bool] = lambda now: True
     drained: list[str] | None = None
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
+    def demand(
+        self, specs: Mapping[str, ClusterSpec], records: Records
+    ) -> Mapping[NodeKey, int] | None:
         now = self.clock.now()
         return self.demand_at(now) if self.readable(now) else None
 
@@ -182,6 +184,9 @@ class Signals:
         }
 
     def probes(self, records: Records) -> Mapping[str, bool]:
+        return {}
+
+    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         return {}
 
     def work(self, records: Records) -> Mapping[str, bool] | None:

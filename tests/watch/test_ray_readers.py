@@ -88,7 +88,9 @@ class FakeReader:
             raise RuntimeError(f"the Ray head of {self.cluster} is unreadable")
         return value
 
-    def demand(self, specs: Mapping[str, ClusterSpec]) -> Mapping[NodeKey, int] | None:
+    def demand(
+        self, specs: Mapping[str, ClusterSpec], records: Records
+    ) -> Mapping[NodeKey, int] | None:
         return self._answer("demand", sorted(specs), self.demand_)  # type: ignore[no-any-return]
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
@@ -128,9 +130,9 @@ def test_each_question_goes_to_the_clusters_own_reader_and_each_answer_stays_its
     readers = readers_of({"alpha": alpha, "beta": beta}, SPECS)
     assert set(readers.readers) == {"alpha", "beta"}  # gamma: no reader could be made
 
-    assert readers.demand(SPECS) == {("alpha", "gpu"): 2, ("beta", "gpu"): 1}
+    assert readers.demand(SPECS, Records()) == {("alpha", "gpu"): 2, ("beta", "gpu"): 1}
     assert ("demand", ["alpha"]) in alpha.asked and ("demand", ["beta"]) in beta.asked
-    assert readers.demand({"beta": SPECS["beta"]}) == {("beta", "gpu"): 1}
+    assert readers.demand({"beta": SPECS["beta"]}, Records()) == {("beta", "gpu"): 1}
     # the readerless cluster is read from the agents' samples, as without Ray
     assert readers.busy(RECORDS, START) == {"i1": True, "i2": False, "i3": False, "i4": True}
     assert readers.probes(RECORDS) == {"i1": True}
@@ -147,8 +149,10 @@ def test_a_failing_reader_is_unknown_for_its_cluster_only(
     beta = FakeReader("beta", demand_={("beta", "gpu"): 1}, busy_={"i3": True}, work_={"i3": True})
     readers = readers_of({"alpha": alpha, "beta": beta}, SPECS)
     with caplog.at_level(logging.WARNING, logger="ray_vast"):
-        assert readers.demand(SPECS) == {("beta", "gpu"): 1}
-        assert readers.demand({"alpha": SPECS["alpha"]}) is None  # unknown, not "no demand"
+        assert readers.demand(SPECS, Records()) == {("beta", "gpu"): 1}
+        assert (
+            readers.demand({"alpha": SPECS["alpha"]}, Records()) is None
+        )  # unknown, not "no demand"
         busy = readers.busy(RECORDS, START)
         assert "i1" not in busy and "i2" not in busy  # unknown: never idle
         assert busy["i3"] is True

@@ -1,0 +1,153 @@
+"""Ray's demand, read from its GCS, turned into the workers each node type needs (issue 15).
+
+What Ray's autoscaler reads (`get_cluster_resource_state`: pending tasks and actors by shape,
+pending placement groups, the `request_resources()` constraint, and every node with its total and
+available resources and labels) becomes the pure `model.demand` types; the nodes Ray already has
+and the slots we are still filling (pending nodes, one per slot, as Ray counts a launching node)
+go in beside it; `planning.raypacking` (Ray's own `ResourceDemandScheduler`) says how many nodes
+of each type to launch. The planner is told the workers each node type needs in all: the
+capacity it already counts (workers and open slots) plus those launches, so 3 busy workers and
+2 pending one-CPU tasks on 2-CPU nodes make 4, not 2.
+
+Demand that fits no node type is kept (`Reading.infeasible`, in Ray's words) for the controller
+to say once per shape; it rents nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.model.demand import (
+    Bundle,
+    CurrentNode,
+    Demand,
+    LabelConstraint,
+    LabelSelector,
+    PlacementGroup,
+    ShapeCount,
+    Strategy,
+    type_shapes,
+)
+from reconciler.model.observation import NodeKey
+from reconciler.model.records import Records
+from reconciler.model.spec import ClusterSpec
+from reconciler.planning import raypacking, scaling
+
+# autoscaler_pb2.NodeStatus: a DEAD or DRAINING node is no capacity.
+_GONE = frozenset({2, 4})
+_NOT_IN = 2  # LabelSelectorOperator.LABEL_OPERATOR_NOT_IN
+_STRATEGIES: tuple[Strategy, ...] = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One cluster's demand as the planner takes it, and what could not be placed."""
+
+    wanted: Mapping[NodeKey, int] = field(default_factory=dict)
+    infeasible: tuple[str, ...] = ()  # "{GPU: 1} fits no node type of local-sim"
+
+
+def reading(state: Any, spec: ClusterSpec, records: Records) -> Reading:
+    """From a `ClusterResourceState` of the cluster's Ray head."""
+    demand = demand_of(state)
+    nodes = nodes_of(state, spec, records)
+    packing = raypacking.pack(type_shapes(spec), nodes, demand)
+    wanted: dict[NodeKey, int] = {}
+    for name in spec.node_types:
+        have = scaling.capacity(records.instances, records.requests, spec.name, name)
+        wanted[(spec.name, name)] = have + int(packing.launches.get(name, 0))
+    infeasible = tuple(f"{u.words()} fits no node type of {spec.name}" for u in packing.infeasible)
+    return Reading(wanted, infeasible)
+
+
+def demand_of(state: Any) -> Demand:
+    tasks = tuple(
+        ShapeCount(
+            _resources(r.request.resources_bundle),
+            int(r.count),
+            tuple(_selector(s) for s in r.request.label_selectors),
+        )
+        for r in state.pending_resource_requests
+        if int(r.count) > 0
+    )
+    groups = tuple(_group(i, gang) for i, gang in enumerate(state.pending_gang_resource_requests))
+    requested: tuple[ShapeCount, ...] = ()
+    for constraint in state.cluster_resource_constraints:
+        requested += tuple(
+            ShapeCount(
+                _resources(r.request.resources_bundle),
+                int(r.count),
+                tuple(_selector(s) for s in r.request.label_selectors),
+            )
+            for r in constraint.resource_requests
+        )
+    return Demand(
+        tasks=tasks, placement_groups=tuple(g for g in groups if g.bundles), requested=requested
+    )
+
+
+def nodes_of(state: Any, spec: ClusterSpec, records: Records) -> list[CurrentNode]:
+    """Ray's live nodes of the cluster (the head among them), and one pending node per unit of
+    capacity we count that Ray does not show yet (an open slot, or a worker whose Ray has not
+    joined)."""
+    nodes: list[CurrentNode] = []
+    seen: dict[str, int] = {}
+    for node in state.node_states:
+        if int(node.status) in _GONE:
+            continue
+        labels = dict(node.labels)
+        node_type = labels.get("rv_node_type")
+        head = node_type is None
+        nodes.append(
+            CurrentNode(
+                node_type=node_type or "head",
+                running=True,
+                total=_resources(node.total_resources),
+                available=_resources(node.available_resources),
+                labels=labels,
+                head=head,
+                node_id=bytes(node.node_id).hex(),
+                idle_ms=int(node.idle_duration_ms),
+            )
+        )
+        if node_type is not None:
+            seen[node_type] = seen.get(node_type, 0) + 1
+    for name in spec.node_types:
+        have = scaling.capacity(records.instances, records.requests, spec.name, name)
+        nodes += [CurrentNode(node_type=name, running=False)] * max(0, have - seen.get(name, 0))
+    return nodes
+
+
+def _resources(bundle: Mapping[str, float]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in dict(bundle).items() if float(v) > 0}
+
+
+def _selector(proto: Any) -> LabelSelector:
+    return tuple(
+        LabelConstraint(
+            str(c.label_key), tuple(str(v) for v in c.label_values), int(c.operator) == _NOT_IN
+        )
+        for c in proto.label_constraints
+    )
+
+
+def _group(index: int, gang: Any) -> PlacementGroup:
+    """`details` reads "<pg id>:<STRATEGY>|<STATE>"; the bundles are those of the first (preferred)
+    selector, or the gang's own requests."""
+    details = str(gang.details)
+    ident, _, rest = details.partition(":")
+    strategy = rest.split("|", 1)[0]
+    chosen: Strategy = next((s for s in _STRATEGIES if s == strategy), "PACK")
+    requests = (
+        gang.bundle_selectors[0].resource_requests if len(gang.bundle_selectors) else gang.requests
+    )
+    bundles = tuple(
+        Bundle(_resources(r.resources_bundle), _first(r.label_selectors)) for r in requests
+    )
+    return PlacementGroup(ident or f"pg{index}", chosen, bundles)
+
+
+def _first(selectors: Any) -> LabelSelector:
+    return _selector(selectors[0]) if len(selectors) else ()

@@ -35,7 +35,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle, lost, never_reported, pools, went_silent
 from reconciler.nets.base import NetResult
 from reconciler.nets.detection import Detection
-from reconciler.planning import deadlines, guards, retention, revocation
+from reconciler.planning import deadlines, guards, retention, revocation, scaling
 from reconciler.planning.react import react
 from reconciler.state.ledger import LedgerKind
 from reconciler.watch.schedule import Schedule
@@ -176,6 +176,10 @@ class Controller:
     _shared_failing: set[str] = field(default_factory=set)
     _failed_now: set[str] = field(default_factory=set)  # the clusters that failed this tick
     _infeasible_said: set[tuple[str, str]] = field(default_factory=set)
+    # How often Ray's demand is read between reconciles (the runner sets it when a Ray reader is
+    # attached); None: only at the reconcile.
+    demand_check_seconds: float | None = None
+    _demand_checked_at: float = float("-inf")
     # A stop was asked for (the first SIGINT/SIGTERM): a plan stops after the call in flight.
     stop_requested: Callable[[], bool] = lambda: False
     applier: Applier = field(init=False)
@@ -278,6 +282,7 @@ class Controller:
         now = self.clock.now()
         report = TickReport(now)
         self._failed_now = set()
+        self._check_demand(now)
         due: dict[str, list[str]] = {}
         for name, schedule in self.schedules.items():
             failing = self.failing.get(name)
@@ -454,6 +459,27 @@ class Controller:
             if name in wake:
                 self._wake.add(name)
 
+    def _check_demand(self, now: float) -> None:
+        """Ray's demand, read cheaply (Ray's GCS only, no call to vast) every few seconds when a
+        Ray reader is attached: a node type that needs more workers than are there or coming
+        lists and plans its cluster at once, not at the next reconcile (Ray's own autoscaler
+        loop runs every 5 s)."""
+        every = self.demand_check_seconds
+        if every is None or now - self._demand_checked_at < every:
+            return
+        self._demand_checked_at = now
+        seen = self.journal.records()
+        wanted = self._shared("ray_demand", lambda: self.signals.demand(self.specs, seen), None)
+        for (cluster, node_type), count in (wanted or {}).items():
+            if cluster in self.specs and cluster not in self._wake:
+                have = scaling.capacity(seen.instances, seen.requests, cluster, node_type)
+                limit = self.specs[cluster].node_types.get(node_type)
+                if limit is not None and have < min(count, limit.max_workers):
+                    log.info(
+                        "%s/%s: Ray wants %d, %d there or coming", cluster, node_type, count, have
+                    )
+                    self._wake.add(cluster)
+
     def next_wakeup(self, now: float) -> float:
         """Seconds until the next tick has work: the next job of any cadence, or the earliest
         deadline a record holds (a limit fires within seconds of its threshold); a cluster that
@@ -469,6 +495,8 @@ class Controller:
                 if failing is not None:
                     mine = [max(w, failing.retry_at - now) for w in mine]
                 waits += mine
+            if self.demand_check_seconds is not None:
+                waits.append(max(0.0, self._demand_checked_at + self.demand_check_seconds - now))
             return min(waits) if waits else 30.0
 
     def _wakeups(self, name: str, schedule: Schedule, now: float) -> list[float]:

@@ -117,6 +117,7 @@ def _controller(
     )
     if options.signals is not None:
         controller.signals = options.signals
+        controller.demand_check_seconds = DEMAND_CHECK_SECONDS
     if options.source.revision:
         controller.set_specs(controller.specs, revision=options.source.revision)
         logger.info("specs at revision %s", options.source.revision)
@@ -174,6 +175,8 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     return 0
 
 
+# How often Ray's demand is read between reconciles when Ray is read (GCS only, no vast call).
+DEMAND_CHECK_SECONDS = 2.0
 # How long a stopping watch waits for the head's destroys already handed to the applier.
 STOP_DRAIN_SECONDS = 30.0
 

@@ -1,0 +1,69 @@
+"""Ray's demand, end to end through the controller on virtual time (issue 15).
+
+- New unmet demand is seen between reconciles (Ray read every 2 s, no call to vast) and the first
+  create call follows within seconds, not at the next 60-s reconcile.
+- Demand that fits no node type rents nothing; it is said once per shape (the ledger, an alert
+  in `status`), not once per tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bench.harness import START, fleet
+from reconciler.model.observation import NodeKey
+from tests.scenarios.world import M, Signals, cluster, lines, rented, run
+from vastsim.faults import CREATE_ROUTE
+
+SPEC = cluster("d", min_workers=0, max_workers=4, factor=1)
+
+
+def test_new_demand_is_rented_for_within_seconds_not_at_the_next_reconcile() -> None:
+    with fleet(SPEC) as f:
+        f.controller.demand_check_seconds = 2.0
+        run(f, START + 2 * M)  # a reconcile just ran: the next one is a minute away
+        asked = f.clock.now() + 7.0
+        want: dict[NodeKey, int] = {("d", "gpu"): 1}
+        f.controller.signals = Signals(f.clock, demand_at=lambda now: want if now >= asked else {})
+        run(f, asked + 30)
+        creates = [r.time for r in f.sim.requests if r.route == CREATE_ROUTE]
+        assert creates and asked <= min(creates) <= asked + 3.0
+        assert len(rented(f, "d")) == 1
+
+
+def test_without_the_demand_check_the_reconcile_cadence_decides() -> None:
+    with fleet(SPEC) as f:
+        run(f, START + 2 * M)
+        asked = f.clock.now() + 7.0
+        want: dict[NodeKey, int] = {("d", "gpu"): 1}
+        f.controller.signals = Signals(f.clock, demand_at=lambda now: want if now >= asked else {})
+        run(f, asked + 90)
+        creates = [r.time for r in f.sim.requests if r.route == CREATE_ROUTE]
+        assert creates and min(creates) > asked + 30  # the next 60-s reconcile
+
+
+@dataclass
+class Infeasible(Signals):
+    """Ray asks for a shape no node type holds, for half an hour."""
+
+    until: float = 0.0
+
+    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
+        if self.clock.now() < self.until:
+            return {"d": ("{CPU: 1, TPU: 1} fits no node type of d",)}
+        return {}
+
+
+def test_infeasible_demand_rents_nothing_and_is_said_once_per_shape() -> None:
+    with fleet(SPEC) as f:
+        f.controller.demand_check_seconds = 2.0
+        f.controller.signals = Infeasible(f.clock, until=START + 30 * M)
+        run(f, START + 40 * M)
+        assert rented(f, "d") == {}
+        said = lines(f, "infeasible_demand")
+        assert [e["message"] for e in said] == ["{CPU: 1, TPU: 1} fits no node type of d"]
+        alerts = f.controller.records().alerts
+        assert [a.message for a in alerts if a.cls == "infeasible_demand"] == [
+            "{CPU: 1, TPU: 1} fits no node type of d"
+        ]

@@ -29,8 +29,15 @@ from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.head import tokens
 from reconciler.model.observation import NodeKey
-from reconciler.model.plan import ActionKind, Plan
-from reconciler.model.records import Alert, ClusterRecord, InstanceRecord, Records
+from reconciler.model.plan import Action, ActionKind, Plan
+from reconciler.model.records import (
+    Alert,
+    ClusterRecord,
+    InstanceRecord,
+    Phase,
+    Records,
+    Role,
+)
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle, lost, never_reported, pools, went_silent
 from reconciler.nets.base import NetResult
@@ -67,6 +74,14 @@ class Signals(Protocol):
         rotation); best effort."""
         ...
 
+    def drain_idle(
+        self, records: Records, record_ids: Sequence[str], deadline: float
+    ) -> Mapping[str, bool] | None:
+        """Before the money chain ends idle machines: ask Ray to drain their nodes for idle
+        termination (as autoscaler v2 does, with a deadline); per record, whether Ray accepted
+        (a rejection means Ray has work there: busy). None: Ray was not asked (not read)."""
+        ...
+
     def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         """By cluster: the demand of the last `demand` reading that fits no node type, in Ray's
         words ("{GPU: 1} fits no node type of local-sim"); it rents nothing."""
@@ -97,6 +112,11 @@ class AgentSignals:
     def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
         return None
 
+    def drain_idle(
+        self, records: Records, record_ids: Sequence[str], deadline: float
+    ) -> Mapping[str, bool] | None:
+        return None
+
     def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         return {}
 
@@ -117,6 +137,9 @@ PRUNE_KEY = "\x00pruning"
 PRUNE_SECONDS = 60.0
 # A listing the deadlines ask for comes no sooner than this after one that failed.
 LISTING_RETRY_SECONDS = 10.0
+
+# How long Ray has to drain an idle node before the money chain's end goes ahead anyway.
+IDLE_DRAIN_DEADLINE_SECONDS = 60.0
 
 # A cluster whose part of a tick raised is retried after this, doubling to the cap (temporary
 # errors, as kopf backs off a handler that failed).
@@ -804,7 +827,37 @@ class Controller:
         # a lost worker is no longer capacity: plan its replacement now, not at the next cadence
         self._wake |= {d_cluster for d_cluster in self._clusters_of(found, "lost", instances)}
         report.detections += found
-        report.results.append(self.applier.carry_out(plan.actions))
+        actions = self._drained_first(plan.actions, records)
+        report.results.append(self.applier.carry_out(actions))
+
+    def _drained_first(self, actions: Sequence[Action], records: Records) -> list[Action]:
+        """Scale down as Ray would: an idle worker's node is drained through Ray before the
+        money chain stops or destroys it; a drain Ray rejects means work is there, so that end
+        is refused and the idle timers start again (as any traffic clears them)."""
+        idle_ends = [
+            a.record
+            for a in actions
+            if a.reason in (idle.STOP, idle.DESTROY)
+            and a.record is not None
+            and _has_ray_node(records.instances.get(a.record))
+        ]
+        if not idle_ends:
+            return list(actions)
+        deadline = self.clock.now() + IDLE_DRAIN_DEADLINE_SECONDS
+        answer = self._shared(
+            "ray_drain", lambda: self.signals.drain_idle(records, idle_ends, deadline), None
+        )
+        busy = {rid for rid, accepted in (answer or {}).items() if not accepted}
+        if not busy:
+            return list(actions)
+        for record_id in sorted(busy):
+            log.info(
+                "%s: Ray refused to drain it (work is there): not ended, idle timers cleared",
+                record_id,
+                extra={"record": record_id, "cls": "refusal", "gate": "ray-drain-rejected"},
+            )
+        self.mutate(lambda current, _now: _timers_cleared(current, busy))
+        return [a for a in actions if a.record not in busy]
 
     def _clusters_of(
         self, found: list[Detection], cls: str, updates: Mapping[str, InstanceRecord]
@@ -920,6 +973,24 @@ class _NetFindings:
             out.pools.requests.update(part.pools.requests)
             out.pools.pools.update(part.pools.pools)
         return out
+
+
+def _has_ray_node(record: InstanceRecord | None) -> bool:
+    """A worker that may have a Ray node to drain (not one vast already stopped)."""
+    return (
+        record is not None
+        and record.role is Role.WORKER
+        and record.phase not in (Phase.STOPPED, Phase.STOPPING)
+    )
+
+
+def _timers_cleared(records: Records, record_ids: set[str]) -> Records:
+    changed = {
+        rid: replace(records.instances[rid], stop_due_at=None, destroy_due_at=None)
+        for rid in record_ids
+        if rid in records.instances
+    }
+    return replace(records, instances={**records.instances, **changed})
 
 
 def _with_probes(records: Records, ok: Mapping[str, bool], now: float) -> Records:

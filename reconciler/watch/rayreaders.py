@@ -162,13 +162,24 @@ class RayReaders:
             out.update(_own(rest, records, self._readerless(records)))
         return out if answered else None
 
+    def drain_idle(
+        self, records: Records, record_ids: Sequence[str], deadline: float
+    ) -> Mapping[str, bool] | None:
+        """Each cluster's idle nodes drained by its own reader; None when none was asked."""
+        out: dict[str, bool] = {}
+        asked = False
+        for name, ids in sorted(_by_cluster(records, record_ids).items()):
+            reader = self.readers.get(name)
+            if reader is None:
+                continue
+            part = self._ask(name, "drain_idle", reader.drain_idle, records, ids, deadline)
+            if part is not None:
+                asked = True
+                out.update({rid: ok for rid, ok in part.items() if rid in ids})
+        return out if asked else None
+
     def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
-        by_cluster: dict[str, list[str]] = {}
-        for record_id in record_ids:
-            record = records.instances.get(record_id)
-            if record is not None:
-                by_cluster.setdefault(record.cluster, []).append(record_id)
-        for name, ids in sorted(by_cluster.items()):
+        for name, ids in sorted(_by_cluster(records, record_ids).items()):
             reader = self.readers.get(name)
             if reader is None:
                 self.fallback.drain(records, ids, reason)
@@ -214,3 +225,12 @@ def _own(answer: Mapping[str, T], records: Records, clusters: set[str]) -> dict[
         for record_id, value in answer.items()
         if (record := records.instances.get(record_id)) is not None and record.cluster in clusters
     }
+
+
+def _by_cluster(records: Records, record_ids: Sequence[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for record_id in record_ids:
+        record = records.instances.get(record_id)
+        if record is not None:
+            out.setdefault(record.cluster, []).append(record_id)
+    return out

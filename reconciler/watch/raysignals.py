@@ -119,6 +119,12 @@ class RaySignals:
         with _authenticated(self.token_path):
             self._drain(records, record_ids, reason)
 
+    def drain_idle(
+        self, records: Records, record_ids: Sequence[str], deadline: float
+    ) -> Mapping[str, bool] | None:
+        with _authenticated(self.token_path):
+            return self._drain_idle(record_ids, deadline)
+
     def probes(self, records: Records) -> Mapping[str, bool]:
         with _authenticated(self.token_path):
             return self._probes(records)
@@ -201,6 +207,37 @@ class RaySignals:
                 log.warning("Ray node of %s not drained: %s", record_id, exc)
                 continue
             log.info("Ray node of %s drained (%s): %s", record_id, accepted, refusal or reason)
+
+    def _drain_idle(self, record_ids: Sequence[str], deadline: float) -> Mapping[str, bool] | None:
+        """DrainNode with the idle-termination reason and a deadline, as autoscaler v2 drains an
+        idle node: Ray accepts only a node that is idle, and stops placing work on it. A record
+        whose node Ray does not have is accepted (nothing to drain)."""
+        try:
+            by_record = {r: n for n, r in self._records_by_node().items()}
+            gcs = self._gcs()
+            from ray.core.generated import autoscaler_pb2  # noqa: PLC0415
+        except Exception as exc:
+            log.warning("Ray nodes of %s not drained: %s", self.cluster, exc)
+            return None
+        why = autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
+            "DRAIN_NODE_REASON_IDLE_TERMINATION"
+        )
+        out: dict[str, bool] = {}
+        for record_id in record_ids:
+            node = by_record.get(record_id)
+            if node is None:
+                out[record_id] = True
+                continue
+            try:
+                accepted, refusal = gcs.drain_node(
+                    node, why, "idle past the node type's window", int(deadline * 1000)
+                )
+            except Exception as exc:
+                log.warning("Ray node of %s not drained: %s", record_id, exc)
+                continue
+            out[record_id] = bool(accepted)
+            log.info("Ray node of %s drained for idle end: %s %s", record_id, accepted, refusal)
+        return out
 
     def _probes(self, records: Records) -> Mapping[str, bool]:
         try:

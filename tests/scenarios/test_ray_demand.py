@@ -8,12 +8,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bench.harness import START, fleet
 from reconciler.model.observation import NodeKey
-from tests.scenarios.world import M, Signals, cluster, lines, rented, run
+from reconciler.model.records import Records
+from tests.scenarios.world import H, M, Signals, alive, cluster, lines, rented, run, workers
 from vastsim.faults import CREATE_ROUTE
 
 SPEC = cluster("d", min_workers=0, max_workers=4, factor=1)
@@ -67,3 +68,47 @@ def test_infeasible_demand_rents_nothing_and_is_said_once_per_shape() -> None:
         assert [a.message for a in alerts if a.cls == "infeasible_demand"] == [
             "{CPU: 1, TPU: 1} fits no node type of d"
         ]
+
+
+@dataclass
+class Draining(Signals):
+    """Ray refuses to drain every node for idle termination until `accepts_from` (work landed
+    after the pin was read), then drains them; it notes each request."""
+
+    accepts_from: float = 0.0
+    asked: list[tuple[float, str]] | None = None
+
+    def drain_idle(
+        self, records: Records, record_ids: Sequence[str], deadline: float
+    ) -> Mapping[str, bool] | None:
+        now = self.clock.now()
+        if self.asked is None:
+            self.asked = []
+        self.asked += [(now, rid) for rid in record_ids]
+        return {rid: now >= self.accepts_from for rid in record_ids}
+
+
+def test_an_idle_worker_is_drained_through_ray_before_its_end_and_a_refusal_means_busy() -> None:
+    spec = cluster("q", min_workers=0, max_workers=2, factor=1)
+    with fleet(spec, working=lambda now: False) as f:
+        signals = Draining(
+            f.clock,
+            demand_at=lambda now: {("q", "gpu"): 1} if now < START + 15 * M else {},
+            accepts_from=START + 1 * H,
+        )
+        f.controller.signals = signals
+        run(f, START + 15 * M)
+        (worker,) = workers(f, "q")
+        run(f, START + 1 * H)
+        # Ray refused every drain: the worker is not stopped, and no stop call went out
+        assert workers(f, "q") == {worker}
+        assert signals.asked, "the idle end never asked Ray to drain"
+        assert not lines(f, "idle_stop", "call")
+        run(f, START + 3 * H)
+        # from the hour on, Ray drains it: the money chain ends it
+        assert worker not in alive(f, "q")
+        first_end = min(
+            e["time"] for e in lines(f, "idle_stop", "call") + lines(f, "idle_destroy", "call")
+        )
+        assert first_end >= START + 1 * H
+        assert any(at >= START + 1 * H for at, _ in signals.asked)

@@ -189,6 +189,16 @@ class Signals:
     def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         return {}
 
+    def drain_idle(
+        self, records: Records, record_ids: Sequence[str], deadline: float
+    ) -> Mapping[str, bool] | None:
+        """Ray's rule: a node with work on it refuses an idle drain."""
+        now = self.clock.now()
+        if not self.readable(now):
+            return None
+        work = self.work_at(now, records) if self.work_at else {}
+        return {rid: not work.get(rid, False) for rid in record_ids}
+
     def work(self, records: Records) -> Mapping[str, bool] | None:
         now = self.clock.now()
         if self.work_at is None or not self.readable(now):

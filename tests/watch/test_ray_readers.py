@@ -105,6 +105,14 @@ class FakeReader:
     def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
         self._answer("drain", list(record_ids), None)
 
+    def drain_idle(
+        self, records: Records, record_ids: Sequence[str], deadline: float
+    ) -> Mapping[str, bool] | None:
+        return self._answer("drain_idle", list(record_ids), dict.fromkeys(record_ids, True))  # type: ignore[no-any-return]
+
+    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
+        return {}
+
     def close(self) -> None:
         self.closed = True
 

@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 
+# Ray reads its authentication mode once, when a process first imports it; some test modules
+# import Ray at collection (the packing corpus runs Ray's scheduler as its oracle), and every
+# Ray head ray-vast talks to runs with token auth, as in `watch` and `up`.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+
 from tests.served import world
 from vastsim.process import MARKER
 

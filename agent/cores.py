@@ -1,5 +1,10 @@
 """The machine as Ray should see it: the real core count, and the GPUs.
 
+GPUs: the NVIDIA devices in /dev (`nvidia0`, `nvidia1`, ...: docker's `--gpus` gives a vast
+container exactly its own), unless the simulator says the container's GPUs are simulated
+(`VASTSIM_GPUS=<n>`: there are no devices to find, and the count is the offer's). `detect_gpus`
+says which, so the container's log shows where the count came from.
+
 `os.cpu_count()` is the host's count, not the container's: a vast container on a 64-core host may
 be allowed 8. Ray started with 64 CPUs would schedule 64 tasks on 8 cores. So the count is the
 smallest of what the cgroup CPU quota allows (v2 `cpu.max`, v1 `cpu.cfs_quota_us` /
@@ -13,16 +18,23 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 _NVIDIA_DEVICE = re.compile(r"^nvidia[0-9]+$")
+SIMULATED_GPUS_ENV = "VASTSIM_GPUS"  # set by vastsim only (vastsim/lifecycle.py)
 
 
 @dataclass(frozen=True)
 class CoreCount:
     cores: int
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuCount:
+    gpus: int
     source: str
 
 
@@ -103,6 +115,19 @@ def read_gpus(dev: Path = Path("/dev")) -> int:
         return count_gpus(os.listdir(dev))
     except OSError:
         return 0
+
+
+def detect_gpus(env: Mapping[str, str], dev: Path = Path("/dev")) -> GpuCount:
+    """The container's GPUs: the simulator's count when it says they are simulated, else the
+    devices in `dev`. A `VASTSIM_GPUS` that is not a whole number is ignored (and said)."""
+    said = env.get(SIMULATED_GPUS_ENV)
+    if said is not None:
+        text = said.strip()
+        if text.isascii() and text.isdigit():
+            return GpuCount(int(text), f"simulated by vastsim ({SIMULATED_GPUS_ENV}={text})")
+        found = read_gpus(dev)
+        return GpuCount(found, f"{SIMULATED_GPUS_ENV}={said!r} is no count; {found} in {dev}")
+    return GpuCount(read_gpus(dev), f"NVIDIA devices in {dev}")
 
 
 def _affinity() -> int | None:

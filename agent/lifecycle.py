@@ -269,8 +269,8 @@ class SendEnroll(Command):
 
 @dataclass(frozen=True)
 class StartRay(Command):
-    cpus: int
-    gpus: int
+    cpus: int  # `--num-cpus`: the declared count, else the machine's (`ray_counts`)
+    gpus: int  # `--num-gpus`: likewise
     answer: Mapping[str, Any]  # the enrollment answer: Ray's section says how
 
 
@@ -438,8 +438,9 @@ def _enroll_not_done(state: AgentState, problem: str, now: float) -> _Out:
 
 
 def _enrolled(state: AgentState, answer: Mapping[str, Any], now: float) -> _Out:
-    """A worker now: Ray starts with the real core count, the first heartbeat goes out at once
-    (on the next tick, so a Ray that cannot start ends the boot before any heartbeat)."""
+    """A worker now: Ray starts with the real core count and GPUs, or the ones the node type
+    declares (`ray_counts`); the first heartbeat goes out at once (on the next tick, so a Ray
+    that cannot start ends the boot before any heartbeat)."""
     limits = answer.get("thresholds")
     timings = _retuned(state.timings, limits if isinstance(limits, Mapping) else {})
     record_id = str(answer.get("record_id") or state.record_id)
@@ -455,10 +456,32 @@ def _enrolled(state: AgentState, answer: Mapping[str, Any], now: float) -> _Out:
         next_beat=now,
     )
     slot = answer.get("slot_id", "?")
-    return state, [
-        Log(f"enrolled as {record_id} in slot {slot}"),
-        StartRay(state.cpus, state.gpus, answer),
-    ]
+    cpus, gpus, said = ray_counts(state.cpus, state.gpus, answer)
+    notes: list[Command] = [Log(f"enrolled as {record_id} in slot {slot}")]
+    if said:
+        notes.append(Log(said))
+    return state, [*notes, StartRay(cpus, gpus, answer)]
+
+
+def ray_counts(cpus: int, gpus: int, answer: Mapping[str, Any]) -> tuple[int, int, str]:
+    """The CPUs and GPUs Ray advertises: what the node type declares (`ray.num_cpus` and
+    `ray.num_gpus` of the enrollment answer, from the spec's `resources:`), else what the agent
+    counted on the machine; and a line for the log when a declaration changed a count."""
+    ray = answer.get("ray")
+    declared = ray if isinstance(ray, Mapping) else {}
+    wanted_cpus = _count(declared.get("num_cpus"))
+    wanted_gpus = _count(declared.get("num_gpus"))
+    changed = []
+    if wanted_cpus is not None and wanted_cpus != cpus:
+        changed.append(f"{wanted_cpus} CPUs (the machine has {cpus})")
+    if wanted_gpus is not None and wanted_gpus != gpus:
+        changed.append(f"{wanted_gpus} GPUs (the machine has {gpus})")
+    said = "Ray advertises " + " and ".join(changed) + ", as the node type declares"
+    return (
+        cpus if wanted_cpus is None else wanted_cpus,
+        gpus if wanted_gpus is None else wanted_gpus,
+        said if changed else "",
+    )
 
 
 def _retuned(timings: Timings, limits: Mapping[str, Any]) -> Timings:
@@ -654,6 +677,13 @@ def describe(status: int, doc: Any) -> str:
     if isinstance(doc, Mapping) and "message" in doc:
         return f"{status} {doc.get('error', '')}: {doc['message']}"
     return f"{status} {str(doc)[:200]}"
+
+
+def _count(value: Any) -> int | None:
+    """A whole number of at least 0 (what `ray start --num-cpus` takes), or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _positive(value: Any) -> float | None:

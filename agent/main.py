@@ -75,12 +75,14 @@ def unconfigured(env: Mapping[str, str], problem: str, boot: Boot) -> NoReturn:
 def self_check(env: Mapping[str, str]) -> dict[str, Any]:
     """What the agent sees on this machine, without changing anything."""
     machine = cores.read_cores()
+    gpus = cores.detect_gpus(env)
     report: dict[str, Any] = {
         "python": sys.version.split()[0],
         "agent": __file__,
         "cpus": machine.cores,
         "cpu_source": machine.source,
-        "gpus": cores.read_gpus(),
+        "gpus": gpus.gpus,
+        "gpu_source": gpus.source,
     }
     try:
         settings = Settings.from_env(env)

@@ -116,10 +116,10 @@ class Watchdog:
         self.arm_signals()
         try:
             machine = cores.read_cores()
-            gpus = cores.read_gpus()
-            self.log(f"{machine.cores} CPUs ({machine.source}), {gpus} GPUs")
+            gpus = cores.detect_gpus(self.env)
+            self.log(f"{machine.cores} CPUs ({machine.source}), {gpus.gpus} GPUs ({gpus.source})")
             self._cpu_source = machine.source
-            self.events.append(Started(machine.cores, gpus))
+            self.events.append(Started(machine.cores, gpus.gpus))
         except Exception as exc:
             self.events.append(BootstrapError(_exception(exc)))
         self.drive()

@@ -99,6 +99,10 @@ class BidTooLow(Exception):
 SOURCE_IP_ENV = "VASTSIM_SOURCE_IP"
 """The container's own loopback address, for its processes to bind to (simulator only)."""
 
+GPUS_ENV = "VASTSIM_GPUS"
+"""How many GPUs the container was rented with, all simulated (simulator only): there are no
+devices to find, so the agent takes this count instead of looking for `/dev/nvidia<n>`."""
+
 LOOPBACK_OCTET = 254  # each of a, b, c in 127.a.b.c runs 1..254
 LOOPBACK_ADDRESSES = LOOPBACK_OCTET**3
 LOOPBACK_STRIDE = 7_654_321  # how far an IP change moves (coprime with LOOPBACK_ADDRESSES)
@@ -118,6 +122,17 @@ def loopback_ip(index: int) -> str:
     a, rest = divmod(n, LOOPBACK_OCTET * LOOPBACK_OCTET)
     b, c = divmod(rest, LOOPBACK_OCTET)
     return f"127.{a + 1}.{b + 1}.{c + 1}"
+
+
+def gpu_env(count: int) -> dict[str, str]:
+    """The GPU part of a container's environment: `VASTSIM_GPUS=<n>` (they are simulated) and,
+    when there are any, the device ids `CUDA_VISIBLE_DEVICES=0,...,n-1` (numbered from 0 inside
+    the container, as vast's containers see their GPUs), which Ray takes as the GPUs it may hand
+    to tasks."""
+    env = {GPUS_ENV: str(count)}
+    if count > 0:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(count))
+    return env
 
 
 class Fleet:
@@ -472,6 +487,7 @@ class Fleet:
             env["VAST_URL"] = self.base_url
         if self.runner.loopback_ips:
             env[SOURCE_IP_ENV] = inst.public_ip
+        env.update(gpu_env(inst.num_gpus))
         return ContainerSpec(
             instance_id=inst.id,
             boot=inst.boots,

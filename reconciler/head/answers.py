@@ -7,10 +7,18 @@ vast maps one-to-one ("identity mappings"): the container learns each one's numb
 address. Ray is then told to use exactly those: one node-manager port, one object-manager port,
 and a bounded list of worker ports. That bound is the node's worker-process limit, which is why
 heartbeats carry the worker ports in use.
+
+What the node advertises: a node type that declares `CPU` or `GPU` in `resources:` has its
+workers' Ray started with exactly that (`ray.num_cpus`, `ray.num_gpus`: `--num-cpus`,
+`--num-gpus`), so the shape ray-vast packs Ray's demand onto is the node Ray sees; what is not
+declared the agent counts on the machine (cgroup quota, NVIDIA devices, or the simulator's
+GPUs). `ray start` takes whole numbers, so a declared amount is rounded down. Custom resources
+(`ray_resources` and the custom keys of `resources:`) go in `ray.resources` (`--resources`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +112,7 @@ def enroll_answer(
     )
     resources = dict(node_type.ray_resources) if node_type else {}
     resources[f"rv-slot-{admission.slot_id}"] = 1.0
+    counts = declared_counts(node_type.declared_resources) if node_type else {}
     return {
         "protocol": PROTOCOL,
         "cluster": spec.name,
@@ -128,6 +137,7 @@ def enroll_answer(
             "node_manager_port": node_manager,
             "object_manager_port": object_manager,
             "worker_ports": list(worker_ports),
+            **counts,
             "resources": resources,
             "labels": labels,
             "env": {
@@ -138,6 +148,15 @@ def enroll_answer(
         },
         "thresholds": thresholds(spec),
     }
+
+
+def declared_counts(declared: Mapping[str, float]) -> dict[str, int]:
+    """`num_cpus` and `num_gpus` of the answer's `ray`, for what the node type declares."""
+    counts: dict[str, int] = {}
+    for resource, key in (("CPU", "num_cpus"), ("GPU", "num_gpus")):
+        if resource in declared:
+            counts[key] = max(0, math.floor(float(declared[resource]) + 1e-9))
+    return counts
 
 
 def _host(address: str) -> str:

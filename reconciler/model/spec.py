@@ -70,6 +70,9 @@ class NodeType:
     `ray_resources` and `ray_labels` are what each worker advertises to Ray beyond its CPU, GPU
     and memory (the spec's `ray_resources` with the custom keys of `resources`, its `ray_labels`
     with `labels`); `shape` is what the planner assumes a worker has before it joins.
+    `declared_resources` is the spec's `resources:` as written, amounts of 0 included (the shape
+    leaves those out): its `CPU` and `GPU` are what each worker's Ray is started with, and a
+    worker counts on its own what is not declared (reconciler/head/answers.py).
     """
 
     name: str
@@ -85,6 +88,7 @@ class NodeType:
     ray_resources: Mapping[str, float]
     ray_labels: Mapping[str, str]
     shape: NodeShape
+    declared_resources: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,9 @@ def node_type(name: str, body: dict[str, Any], *, cluster: str) -> NodeType:
         ray_resources=MappingProxyType(advertised),
         ray_labels=MappingProxyType({**body["ray_labels"], **(declared_labels or {})}),
         shape=shape,
+        declared_resources=MappingProxyType(
+            {k: float(v) for k, v in (declared_resources or {}).items()}
+        ),
     )
 
 

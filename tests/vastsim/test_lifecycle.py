@@ -18,8 +18,9 @@ from vastsim import (
     Timing,
     VirtualClock,
 )
+from vastsim.lifecycle import gpu_env
 
-from .conftest import ADMIN, KEY, T0, TIMING, listing, rent, show, small_market
+from .conftest import ADMIN, KEY, T0, TIMING, listing, offer_on, rent, show, small_market
 
 
 def status(client: httpx.Client, instance_id: int) -> str | None:
@@ -236,6 +237,35 @@ def test_container_environment(client: httpx.Client, sim: Sim) -> None:
     assert env["MY_VAR"] == "hello"
     assert "-p 8080:8080" not in env
     assert container.spec.label == "rv.x"
+
+
+def test_the_containers_gpus_are_the_offers_and_simulated(client: httpx.Client, sim: Sim) -> None:
+    runner = sim.runner
+    assert isinstance(runner, ScriptedRunner)
+    one = rent(client, 1)["new_contract"]
+    answer = client.put(
+        f"/api/v0/asks/{offer_on(client, 4, num_gpus=2)}/",
+        json={"client_id": "me", "image": "vastsim/test:latest", "disk": 10.0,
+              "env": {"CUDA_VISIBLE_DEVICES": "7", "VASTSIM_GPUS": "8"}},
+    )  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    two = answer.json()["new_contract"]
+    sim.advance(20)
+    seen = {}
+    for instance_id in (one, two):
+        container = runner.running(instance_id)
+        assert container is not None
+        row = show(client, instance_id)
+        assert row is not None
+        seen[row["num_gpus"]] = (
+            container.env["VASTSIM_GPUS"],
+            container.env["CUDA_VISIBLE_DEVICES"],
+            container.env["GPU_COUNT"],
+        )
+    # numbered from 0 inside the container, whichever of the machine's GPUs it holds; the
+    # simulator's word wins over the create's env
+    assert seen == {1: ("1", "0", "1"), 2: ("2", "0,1", "2")}
+    assert gpu_env(0) == {"VASTSIM_GPUS": "0"}  # no GPU, no device ids
 
 
 class ExitsAfter(Behaviour):

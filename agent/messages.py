@@ -18,9 +18,16 @@ PROTOCOL = 1
 
 
 def enroll_body(
-    settings: Settings, *, boot_id: str, cpus: int, cpu_source: str, gpus: int
+    settings: Settings,
+    *,
+    boot_id: str,
+    cpus: int,
+    cpu_source: str,
+    gpus: int,
+    runtime: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """POST /enroll: the join token, who presents it, and the machine it runs on."""
+    """POST /enroll: the join token, who presents it, and the machine it runs on; `runtime` is
+    the Ray and Python the image would run Ray with (`agent.rayversion.probe`)."""
     body: dict[str, Any] = {
         "protocol": PROTOCOL,
         "token": settings.join_token,
@@ -30,6 +37,8 @@ def enroll_body(
         "ports": {str(k): v for k, v in sorted(settings.ports.items())},
         "machine": {"cpus": cpus, "cpu_source": cpu_source[:200], "gpus": gpus},
     }
+    if runtime is not None:
+        body["runtime"] = dict(runtime)
     if settings.agent_sha256:
         body["agent_sha256"] = settings.agent_sha256
     return body

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from agent import cores, ending, lifecycle, messages, raynode, sampling, transport
+from agent import cores, ending, lifecycle, messages, raynode, rayversion, sampling, transport
 from agent.config import Settings
 from agent.lifecycle import (
     BootstrapError,
@@ -98,6 +98,7 @@ class Watchdog:
         self._signals: list[str] = []
         self._interruptible = False
         self._cpu_source = ""
+        self._runtime: dict[str, Any] | None = None
         self._head_context: Any = None
         self._heartbeat_context: Any = None
         self._heartbeat_url = ""
@@ -215,6 +216,7 @@ class Watchdog:
             cpus=self.state.cpus,
             cpu_source=self._cpu_source,
             gpus=self.state.gpus,
+            runtime=self._ray_runtime(),
         )
         reply = self._exchange(
             f"{self.settings.enroll_url}/enroll",
@@ -225,6 +227,17 @@ class Watchdog:
         if isinstance(reply, str):
             return EnrollFailed(reply)
         return EnrollAnswered(reply.status, reply.doc)
+
+    def _ray_runtime(self) -> dict[str, Any]:
+        """The image's Ray and Python (asked once, before the first enrollment attempt)."""
+        if self._runtime is None:
+            self._runtime = rayversion.probe(self.settings.ray_command, self.env)
+            found = self._runtime
+            self.log(
+                f"Ray {found['ray_version'] or 'unknown'} on Python "
+                f"{found['python_version'] or 'unknown'} ({found.get('source', '')})"
+            )
+        return self._runtime
 
     def _start_ray(self, command: lifecycle.StartRay) -> None:
         answer = command.answer

@@ -21,6 +21,11 @@ one, and carries out its commands against the real counterparts, in-process:
 The settings come from the container's environment (`agent.config.Settings.from_env`), which the
 real launcher wrote into the create request (join token, CA, head address, thresholds).
 
+The image's Ray and Python (what `agent.rayversion.probe` would find in it) are the world's:
+`AgentWorld.images` by image name, else `AgentWorld.default_image` (the head's own, as in the
+process runner, whose containers run this machine's Ray), with the match level of the
+container's `RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL` when its environment sets one.
+
 Failures are injected at the boundary only, never by scripting the agent's answers
 (`ContainerFault`): the image (no Python: PID 1 exits at once; PID 1 idles and never runs the
 agent; `ray` cannot start), the network (the head unreachable from this container, only its
@@ -76,6 +81,7 @@ from agent.lifecycle import (
     Tick,
 )
 from reconciler.head.app import Answer, HeadApp
+from reconciler.model.rayversions import MATCH_LEVEL_ENV, RayVersions
 from vastsim import Behaviour, Container, ContainerSpec, InProcessTransport, Sim
 
 DOCKER_STOP_GRACE = 10.0  # docker stop's default: TERM, then KILL this long after
@@ -148,6 +154,9 @@ class AgentWorld:
         self.next_fault: Callable[[int], ContainerFault] = lambda vast_id: HEALTHY
         self.working: Callable[[float], bool] = lambda now: True
         self.on_enrolled: Callable[[int, float], None] = lambda vast_id, now: None
+        # The Ray and Python each image runs Ray with (None: the agent cannot tell).
+        self.images: dict[str, RayVersions] = {}
+        self.default_image: RayVersions | None = None
         self.boots: dict[int, list[AgentBehaviour]] = {}
         self._busy = 0
 
@@ -174,6 +183,19 @@ class AgentWorld:
         if vast_id not in self.faults:
             self.faults[vast_id] = self.next_fault(vast_id)
         return self.faults[vast_id]
+
+    def runtime(self, spec: ContainerSpec) -> dict[str, Any]:
+        """What the agent of a container of `spec` reports as its image's Ray and Python."""
+        image = self.images.get(spec.image, self.default_image) or RayVersions(None, None)
+        found: dict[str, Any] = {
+            "ray_version": image.ray,
+            "python_version": image.python,
+            "source": f"vastsim: image {spec.image}"[:400],
+        }
+        level = spec.env.get(MATCH_LEVEL_ENV) or image.python_match_level
+        if level:
+            found["python_version_match_level"] = level[:32]
+        return found
 
     def works(self, vast_id: int, now: float) -> bool:
         own = self.fault(vast_id).working
@@ -422,7 +444,12 @@ class AgentBehaviour(Behaviour):
     def _enroll(self, now: float) -> Event:
         settings, state = self._ready()
         body = messages.enroll_body(
-            settings, boot_id=self.boot_id, cpus=state.cpus, cpu_source="vastsim", gpus=state.gpus
+            settings,
+            boot_id=self.boot_id,
+            cpus=state.cpus,
+            cpu_source="vastsim",
+            gpus=state.gpus,
+            runtime=self.world.runtime(self.spec),
         )
         answer = self._post(f"{settings.enroll_url}/enroll", body, now)
         if isinstance(answer, str):

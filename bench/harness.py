@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.agents import DOCKER_STOP_GRACE, AgentBehaviour, AgentWorld, ContainerFault
+from reconciler import rayruntime
 from reconciler.applying.journal import Journal
 from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.head.agentsource import AgentBundle
@@ -42,6 +43,7 @@ from reconciler.head.app import HeadApp
 from reconciler.head.service import launcher_for
 from reconciler.model.codec import encode
 from reconciler.model.observation import NodeKey
+from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import Records, parse_label
 from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import LedgerKind, LedgerWriter, ledger_path
@@ -178,12 +180,19 @@ def fleet(
     timing: Timing | None = None,
     faults: Callable[[int], ContainerFault] | None = None,
     working: Callable[[float], bool] | None = None,
+    versions: RayVersions | None = None,
+    images: Mapping[str, RayVersions] | None = None,
 ) -> Iterator[Fleet]:
     """A controller for `specs` (one cluster or several), one head per cluster, vastsim with the
-    agent in every container of ours; torn down (every instance destroyed) on exit."""
+    agent in every container of ours; torn down (every instance destroyed) on exit. `versions`
+    is the Ray and Python the heads run (this process's by default) and every image runs unless
+    `images` names another for it."""
     clusters = [specs] if isinstance(specs, ClusterSpec) else list(specs)
     bundle = AgentBundle.load()
     world = AgentWorld(bootloader=bundle.bootloader)
+    head_versions = versions if versions is not None else rayruntime.local()
+    world.default_image = head_versions
+    world.images.update(images or {})
     if faults is not None:
         world.next_fault = faults
     if working is not None:
@@ -224,7 +233,7 @@ def fleet(
                 clock=clock,
                 signals=signals,
             )
-            heads = _heads(controller, clusters, Path(tmp), bundle, clock)
+            heads = _heads(controller, clusters, Path(tmp), bundle, clock, versions=head_versions)
             launchers: dict[str, Launcher] = {}
             for name, app in heads.items():
                 world.serve(app)
@@ -243,6 +252,8 @@ def _heads(
     state_dir: Path,
     bundle: AgentBundle,
     clock: SimClock,
+    *,
+    versions: RayVersions,
 ) -> dict[str, HeadApp]:
     """One `HeadApp` per cluster, sharing the controller's records and ledger, each at its own
     (virtual) ports: nothing is bound, the agents call the apps in-process."""
@@ -265,5 +276,6 @@ def _heads(
             clock=clock,
             endpoints=HeadEndpoints(head.address, head.ray_port, enroll, beat),
             agent=bundle,
+            versions=versions,
         )
     return heads

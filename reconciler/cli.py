@@ -152,13 +152,16 @@ def _deps(state_dir: Path | None, lock_timeout: float = 0.0) -> Deps:
     return deps if "VAST_URL" in env else up_mod.with_embedded(deps)
 
 
-def _specs(path: Path) -> list[ClusterSpec]:
-    """Load specs or exit 1 with every diagnostic; nothing is touched on a bad spec."""
+def _specs(path: Path, *, warn: bool = False) -> list[ClusterSpec]:
+    """Load specs or exit 1 with every diagnostic; nothing is touched on a bad spec. `warn`:
+    the warnings of specs that load are said too (on stderr, as `validate` says them)."""
     result = load(path)
     if not result.ok:
         diag_view.write_human(result.diagnostics, sys.stderr)
         typer.echo(diag_view.validate_summary(result.diagnostics, [], result.files), err=True)
         raise typer.Exit(1)
+    if warn:
+        diag_view.write_human(result.diagnostics, sys.stderr)
     return list(result.clusters)
 
 
@@ -209,7 +212,7 @@ def plan(
 
     Compares the specs with vast's live listing and the state file; changes nothing at vast.
     """
-    specs = _specs(spec_dir)
+    specs = _specs(spec_dir, warn=True)
     deps = _deps(state_dir, lock_timeout)
     with _reported(deps):
         outcome = operations.make_plan(
@@ -251,7 +254,7 @@ def apply(
             specs = _specs(Path(saved.spec_path))
             code = operations.apply_saved(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)
         else:
-            specs = _specs(target)
+            specs = _specs(target, warn=True)
             code = operations.apply_specs(
                 deps,
                 specs,

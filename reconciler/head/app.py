@@ -22,12 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from reconciler import rayruntime
 from reconciler.clock import Clock
 from reconciler.head import enrollment, heartbeats, limits, messages, pki, reports
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints, PortPlan, enroll_answer
 from reconciler.head.decisions import Decision, Note, Refusal
 from reconciler.head.shared import LedgerSink, RecordsHost, Submits
+from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import Alert, Records
 from reconciler.model.routing import route
 from reconciler.model.spec import ClusterSpec
@@ -75,6 +77,7 @@ class HeadApp:
         endpoints: HeadEndpoints,
         agent: AgentBundle,
         ports: PortPlan | None = None,
+        versions: RayVersions | None = None,
     ) -> None:
         self.spec = spec
         self.pki = cluster_pki
@@ -86,6 +89,9 @@ class HeadApp:
         self.endpoints = endpoints
         self.agent = agent
         self.ports = ports or PortPlan()
+        # The head's Ray and Python, read when the service starts (a test names its own):
+        # a candidate whose image runs others is refused, as Ray would refuse it.
+        self.versions = versions if versions is not None else rayruntime.local()
         # The watch controller may hold enrollment (503, the candidate retries) while it catches up.
         self.accepting_enrollments = True
         self._guard = threading.Lock()
@@ -135,6 +141,8 @@ class HeadApp:
                 now=now,
                 serial=serial,
                 peer=peer,
+                head=self.versions,
+                spec=self.spec,
             ),
             peer,
         )

@@ -14,9 +14,15 @@
    destroys itself;
 3. refuses an expired token, and a candidate whose record or request has ended (a late candidate:
    every slot already has a worker);
-4. fills the request's first open slot: the record becomes a worker, the token is spent and bound
+4. refuses a candidate whose image runs another Ray or Python than the head's, as Ray's own
+   check would (`reconciler.model.rayversions.refusal`), with the reason in plain words. That is
+   a permanent failure of the node type, not of the host: the first such refusal halts the node
+   type (no rental until its image or env changes; `BreakerState.halt`), alerts a person, and
+   destroys the node type's other candidates of the same image at once (every host would fail
+   the same way). Versions the agent could not tell are let in (Ray decides then);
+5. fills the request's first open slot: the record becomes a worker, the token is spent and bound
    to the boot, the rent-loop breaker count of the node type goes back to 0;
-5. when that was the last open slot, closes the request and destroys every other candidate of it
+6. when that was the last open slot, closes the request and destroys every other candidate of it
    at once (not on a later tick), recording the intent before the calls.
 """
 
@@ -27,9 +33,12 @@ from dataclasses import dataclass, replace
 from reconciler.head import decisions as dec
 from reconciler.head import tokens
 from reconciler.head.messages import EnrollRequest
+from reconciler.model import rayversions
 from reconciler.model.plan import Action
+from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import (
     BreakerState,
+    Halt,
     InstanceRecord,
     Intent,
     JoinToken,
@@ -40,7 +49,10 @@ from reconciler.model.records import (
     Role,
     breaker_key,
 )
+from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import LedgerKind
+
+VERSION_MISMATCH = "ray_version_mismatch"
 
 
 @dataclass(frozen=True)
@@ -63,9 +75,13 @@ def enroll(
     now: float,
     serial: int,
     peer: str | None = None,
+    head: RayVersions | None = None,
+    spec: ClusterSpec | None = None,
 ) -> dec.Decision[Admission]:
     """Decide one enrollment; `serial` is the serial the worker's certificate will carry, `peer`
-    the request's source address (None: unknown, which proves nothing)."""
+    the request's source address (None: unknown, which proves nothing), `head` the Ray and
+    Python the head runs (None: no version check), `spec` the cluster as declared now (the node
+    type's image for the reason, its image and env for the halt)."""
     token = records.tokens.get(tokens.digest(request.token))
     record = records.instances.get(token.record_id) if token is not None else None
     problem = _token_problem(token, record, request, cluster=cluster, lineage=lineage)
@@ -102,6 +118,12 @@ def enroll(
             "not_a_candidate",
             f"record {record.id} belongs to no request",
         )
+    if head is not None and request.runtime is not None:
+        refused = rayversions.refusal(head, request.runtime)
+        if refused is not None:
+            return _version_mismatch(
+                records, request, record, slot_request, refused, head=head, spec=spec, now=now
+            )
     if slot_request.status is not RequestStatus.OPEN or not slot_request.open_slots:
         settled = f"every slot of request {slot_request.id} is settled"
         return _refuse(
@@ -186,6 +208,7 @@ def _admit(
                 "public_ip": request.public_ip,
                 "cpus": request.cpus,
                 "gpus": request.gpus,
+                **_runtime_data(request),
             },
         )
     ]
@@ -195,6 +218,105 @@ def _admit(
         notes += extra_notes
     admission = Admission(worker, slot.id, slot_request.id, serial)
     return dec.Decision(updated, tuple(notes), tuple(destroys), None, admission)
+
+
+def _runtime_data(request: EnrollRequest) -> dict[str, str | None]:
+    """What the ledger keeps of the image's versions (nothing from an agent that did not say)."""
+    runtime = request.runtime
+    if runtime is None:
+        return {}
+    return {
+        "ray_version": runtime.ray,
+        "python_version": runtime.python,
+        "python_version_match_level": runtime.python_match_level,
+        "runtime_source": request.runtime_source,
+    }
+
+
+def _version_mismatch(
+    records: Records,
+    request: EnrollRequest,
+    record: InstanceRecord,
+    slot_request: Request,
+    why: str,
+    *,
+    head: RayVersions,
+    spec: ClusterSpec | None,
+    now: float,
+) -> dec.Decision[Admission]:
+    """Refuse a candidate whose image's Ray or Python the head's Ray refuses; the first one of a
+    node type's image halts the node type and ends its other candidates of that image."""
+    assert request.runtime is not None
+    node_type = spec.node_types.get(record.node_type) if spec is not None else None
+    image = slot_request.image or (node_type.image if node_type else None) or "of unknown name"
+    fingerprint = slot_request.fingerprint or (
+        rayversions.fingerprint(node_type.image, node_type.env) if node_type else ""
+    )
+    reason = f"image {image} has {request.runtime.says()}, the head runs {head.says()}"
+    message = f"{reason}: {why}"
+    key = breaker_key(record.cluster, record.node_type)
+    state = records.breakers.get(key, BreakerState())
+    data: dict[str, object] = {
+        "boot_id": request.boot_id,
+        "refused": VERSION_MISMATCH,
+        "image": image,
+        "head_ray_version": head.ray,
+        "head_python_version": head.python,
+        **_runtime_data(request),
+    }
+    refusal = dec.Refusal(403, VERSION_MISMATCH, message)
+    if state.halted(fingerprint):
+        note = dec.Note(
+            LedgerKind.NOTE,
+            VERSION_MISMATCH,
+            f"enrollment of instance {request.instance_id} refused ({VERSION_MISMATCH}): "
+            f"{message}; node type {record.node_type} is halted already",
+            record=record.id,
+            instance=request.instance_id,
+            data=data,
+        )
+        return dec.Decision(records, (note,), (), refusal)
+    halt = Halt(now, VERSION_MISMATCH, message, image, fingerprint, record.id)
+    updated = replace(records, breakers={**records.breakers, key: replace(state, halt=halt)})
+    destroys: list[Action] = []
+    for other in list(updated.instances.values()):
+        if not _same_image(updated, other, record, fingerprint):
+            continue
+        detail = f"node type {record.node_type} is halted: {message}"
+        updated = dec.put(updated, dec.doomed(other, VERSION_MISMATCH, now))
+        destroys.append(dec.destroy(other, VERSION_MISMATCH, detail))
+    ended = f"; {len(destroys)} other candidate(s) of it destroyed" if destroys else ""
+    note = dec.Note(
+        LedgerKind.DETECTION,
+        VERSION_MISMATCH,
+        f"enrollment of instance {request.instance_id} refused ({VERSION_MISMATCH}): {message}. "
+        f"Node type {record.node_type} is halted: no rental until its image or env changes "
+        f"(every host would fail the same way){ended}",
+        record=record.id,
+        instance=request.instance_id,
+        data={**data, "halted": record.node_type, "destroyed": [a.record for a in destroys]},
+    )
+    return dec.Decision(updated, (note,), tuple(destroys), refusal)
+
+
+def _same_image(
+    records: Records, other: InstanceRecord, refused: InstanceRecord, fingerprint: str
+) -> bool:
+    """A live candidate of the refused one's node type (not itself) rented for the same image
+    and env: it would be refused the same way."""
+    if (
+        other.id == refused.id
+        or other.cluster != refused.cluster
+        or other.node_type != refused.node_type
+        or other.managed_by != refused.managed_by
+        or other.role is not Role.CANDIDATE
+        or not other.live
+        or other.intent is Intent.DESTROYED
+    ):
+        return False
+    request = records.requests.get(other.request_id) if other.request_id else None
+    theirs = request.fingerprint if request is not None else None
+    return theirs is None or theirs == fingerprint
 
 
 def _end_extras(

@@ -18,6 +18,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, validators
 
+from reconciler.model.rayversions import RayVersions
+
 PROTOCOL = 1
 ENROLL_REQUEST = "agent-enroll-request.v1.json"
 ENROLL_RESPONSE = "agent-enroll-response.v1.json"
@@ -126,6 +128,9 @@ class EnrollRequest:
     cpus: int
     gpus: int
     cpu_source: str = ""
+    # The Ray and Python the image would run Ray with; None: an agent that does not say
+    runtime: RayVersions | None = None
+    runtime_source: str = ""
 
     def __repr__(self) -> str:  # the token is a secret
         return f"EnrollRequest(instance_id={self.instance_id}, boot_id={self.boot_id!r})"
@@ -142,7 +147,19 @@ class EnrollRequest:
             cpus=machine["cpus"],
             gpus=machine["gpus"],
             cpu_source=machine.get("cpu_source", ""),
+            **_runtime(doc.get("runtime")),
         )
+
+
+def _runtime(doc: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`EnrollRequest`'s `runtime` fields from the request's `runtime` object."""
+    if doc is None:
+        return {}
+    versions = RayVersions(
+        doc["ray_version"], doc["python_version"], doc.get("python_version_match_level")
+    )
+    where = ", ".join(str(doc[k]) for k in ("python", "source") if doc.get(k))
+    return {"runtime": versions, "runtime_source": where}
 
 
 @dataclass(frozen=True)

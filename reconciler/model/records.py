@@ -188,6 +188,12 @@ class Request:
     # Why the last attempt to rent for it rented nothing (no acceptable offer, creates failing).
     dispatch_error: str | None = None
     ended_reason: str | None = None
+    # The node type's image, and the fingerprint of its image and env (`rayversions.fingerprint`),
+    # when the request was placed: what its candidates run, even after the spec changes (a halt
+    # for their failure is bound to this, not to the spec as it is later). None: placed before
+    # these were recorded (read as the spec's current ones).
+    image: str | None = None
+    fingerprint: str | None = None
 
     @property
     def open_slots(self) -> tuple[Slot, ...]:
@@ -210,11 +216,32 @@ class BlockEntry:
 
 
 @dataclass(frozen=True)
+class Halt:
+    """A node type stopped for good: a permanent failure that every host would repeat (an image
+    whose Ray or Python the head's Ray refuses). No rental for it until its image or env changes
+    (`fingerprint` is theirs when it was halted); a person is alerted."""
+
+    at: float
+    cls: str  # the ledger class of the failure (reconciler/model/routing.py)
+    reason: str  # in plain words, as the ledger, the alert and `status` say it
+    image: str
+    fingerprint: str  # `rayversions.fingerprint` of the node type's image and env
+    record: str | None = None  # the candidate whose enrollment showed it
+
+
+@dataclass(frozen=True)
 class BreakerState:
     consecutive_empty: int = 0
     paused_until: float | None = None
     # When the current streak of slots with no worker began (None: no streak).
     since: float | None = None
+    # A pause with no end (a permanent failure of the node type), lifted only by a change of
+    # its image or env; the count and the timed pause go on beside it.
+    halt: Halt | None = None
+
+    def halted(self, fingerprint: str) -> bool:
+        """Whether the halt holds for the node type as its image and env are now."""
+        return self.halt is not None and self.halt.fingerprint == fingerprint
 
 
 @dataclass(frozen=True)

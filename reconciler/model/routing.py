@@ -69,6 +69,12 @@ ROUTES: dict[str, Route] = {
     "down": Route((Outcome.NOTHING,)),
     "removed_from_spec": Route((Outcome.NOTHING,)),
     "breaker_open": Route((Outcome.HALT,), ends_machine=False),
+    # A permanent failure of the node type, not of a host: its image runs another Ray or Python
+    # than the head's, which Ray refuses. The candidate is refused at enrollment (it reports and
+    # destroys itself), the node type's other candidates are destroyed, the node type is halted
+    # until its image or env changes (no retry on another host), a person is alerted.
+    "ray_version_mismatch": Route((Outcome.HALT, Outcome.ALERT)),
+    "halt_lifted": Route((Outcome.NOTHING,), ends_machine=False),
     # slots that ended with no worker (they count toward the breaker)
     "slots_no_worker": Route((Outcome.NOTHING,), ends_machine=False),
     "queue_wait_timeout": Route((Outcome.FAIL_JOB, Outcome.ALERT), ends_machine=False),

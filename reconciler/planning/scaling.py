@@ -8,7 +8,9 @@ request's other candidates are destroyed. A slot that can no longer be filled (i
 live candidates plus the rentals it has left are fewer than its open slots) has ended with no
 worker at that moment, and counts toward the rent-loop breaker at once; filling the same need
 again is a new request, which the breaker may refuse. A lost worker is not capacity: Ray does not
-send it work, so a replacement may be placed.
+send it work, so a replacement may be placed. A node type halted by a permanent failure (its
+image runs a Ray or Python the head's Ray refuses: the head decides it at enrollment) rents
+nothing and fails its open requests until its image or env changes, which lifts the halt.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from reconciler.model import rayversions
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
     BlockEntry,
-    BreakerState,
     InstanceRecord,
     Intent,
     Request,
@@ -205,7 +207,11 @@ def count_empty_slots(draft: Draft, spec: ClusterSpec, node_type: str, empty: in
     since = state.since if state.since is not None and state.consecutive_empty else draft.now
     if count >= spec.breaker.slots:
         until = draft.now + spec.breaker.pause_seconds
-        draft.set_breaker(spec.name, node_type, BreakerState(0, until))
+        draft.set_breaker(
+            spec.name,
+            node_type,
+            replace(state, consecutive_empty=0, paused_until=until, since=None),
+        )
         lifted = _unblock_streak(draft, spec.name, node_type, since)
         draft.add(
             Action(
@@ -219,7 +225,9 @@ def count_empty_slots(draft: Draft, spec: ClusterSpec, node_type: str, empty: in
             )
         )
     else:
-        draft.set_breaker(spec.name, node_type, BreakerState(count, state.paused_until, since))
+        draft.set_breaker(
+            spec.name, node_type, replace(state, consecutive_empty=count, since=since)
+        )
 
 
 def _unblock_streak(draft: Draft, cluster: str, node_type: str, since: float) -> int:
@@ -263,6 +271,8 @@ def scale(
     if len(workers) > node_type.max_workers:
         _scale_down(draft, workers, len(workers) - node_type.max_workers)
         return
+    if _halted(draft, spec, node_type):
+        return
     paused = draft.breaker(spec.name, node_type.name).paused_until
     if paused is not None and paused > draft.now:
         draft.notes.append(f"{spec.name}/{node_type.name}: launches paused by the breaker")
@@ -284,6 +294,38 @@ def scale(
             offers=offers,
             budget=budget,
         )
+
+
+def _halted(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> bool:
+    """A node type halted by a permanent failure rents nothing, and its open requests fail at
+    once (their slots count toward the breaker, as every slot that ends with no worker does);
+    a halt whose image and env are no longer the node type's is lifted."""
+    state = draft.breaker(spec.name, node_type.name)
+    halt = state.halt
+    if halt is None:
+        return False
+    now = rayversions.fingerprint(node_type.image, node_type.env)
+    if halt.fingerprint != now:
+        draft.set_breaker(spec.name, node_type.name, replace(state, halt=None))
+        changed = "image" if halt.image != node_type.image else "env"
+        why = (
+            f"node type {node_type.name}: its {changed} changed since it was halted "
+            f"({halt.image} -> {node_type.image}); launches resume (the halt was: {halt.reason})"
+        )
+        draft.detections.append(Detection(halt.record or "", "halt_lifted", why, cluster=spec.name))
+        draft.notes.append(f"{spec.name}/{node_type.name}: halt lifted")
+        return False
+    draft.notes.append(f"{spec.name}/{node_type.name}: halted: {halt.reason}")
+    for request in _open_requests(draft.requests, spec.name, node_type.name):
+        end_open_slots(
+            draft,
+            spec,
+            request,
+            status=RequestStatus.FAILED,
+            cls=halt.cls,
+            why=f"request {request.id} of halted node type {node_type.name}: {halt.reason}",
+        )
+    return True
 
 
 def _open_requests(requests: Mapping[str, Request], cluster: str, node_type: str) -> list[Request]:
@@ -334,6 +376,8 @@ def _place(draft: Draft, spec: ClusterSpec, node_type: NodeType, slots: int) -> 
         placed_at=draft.now,
         provision_deadline=draft.now + spec.watchdogs.provision_deadline_seconds,
         slots=tuple(Slot(f"{ident}s{i}") for i in range(1, slots + 1)),
+        image=node_type.image,
+        fingerprint=rayversions.fingerprint(node_type.image, node_type.env),
     )
     draft.requests[ident] = request
     return request

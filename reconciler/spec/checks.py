@@ -11,7 +11,10 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from reconciler import rayruntime
+from reconciler.model import rayversions
 from reconciler.model.diagnostics import Diagnostics
+from reconciler.model.rayversions import RayVersions
 from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.spec import shapes
 from reconciler.spec.schema import floors
@@ -292,6 +295,37 @@ def _check_overclaim(
             )
 
 
+def check_image_versions(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    """Against the Ray and Python this ray-vast runs, which its head's Ray runs with."""
+    image_warnings(cluster, positions, diags, head=rayruntime.local())
+
+
+def image_warnings(
+    cluster: ClusterSpec, positions: Positions, diags: Diagnostics, *, head: RayVersions
+) -> None:
+    """A node type whose image tag names another Ray version or Python than `head` runs (a
+    `rayproject/ray:2.49.0-py310-cu121` style tag; any other tag says nothing, and nothing is
+    said): Ray refuses such a worker, so its candidates would be refused at enrollment and the
+    node type halted. A warning: the tag may lie, and the head may be upgraded first."""
+    for name, node_type in cluster.node_types.items():
+        tag = rayversions.from_image(node_type.image)
+        if tag is None:
+            continue
+        named = rayversions.tag_disagrees(tag, head)
+        if not named:
+            continue
+        python = ".".join((head.python or "").split(".")[:2])
+        diags.warning(
+            f"image {node_type.image} names {' and '.join(named)}; the head runs {head.says()}",
+            positions.at(("spec", "node_types", name, "image")),
+            detail="Ray refuses a worker node of another Ray or Python version: its candidates "
+            f"would be refused when they enroll and node type {name!r} halted; use an image of "
+            f"Ray {head.ray} on Python {python}",
+        )
+
+
 def _matching(doc: Any, pattern: JsonPath, path: JsonPath = ()) -> Iterable[tuple[JsonPath, Any]]:
     """Values of `doc` at a path pattern where `*` matches any key."""
     if not pattern:
@@ -314,4 +348,5 @@ CHECKS: tuple[Check, ...] = (
     check_budget,
     check_node_types,
     check_shapes,
+    check_image_versions,
 )

@@ -4,12 +4,13 @@ Status joins the records with the live listing: every instance we answer for wit
 and $/h and whether work holds it (Ray's, or a person's `ray-vast pin`), and, loudly, instances
 labelled for our clusters that another state made. Each cluster also shows what waits for a
 person (its alerts) and its rent-loop breakers (a paused node type, and the count of slots in a
-row that ended with no worker). When vast cannot be listed, it says so instead of pretending
-nothing runs.
+row that ended with no worker), and loudly a node type halted by a permanent failure (its image
+runs a Ray or Python the head's Ray refuses), which rents nothing until its image or env
+changes. When vast cannot be listed, it says so instead of pretending nothing runs.
 
 `--json` is versioned: `format_version` is MAJOR.MINOR; a minor version only adds fields.
 1.1 added `generated_at`; `held`, `held_because`, `pinned_by` and `pinned_until` per instance;
-`alerts` and `breakers` per cluster.
+`alerts` and `breakers` per cluster. 1.2 added `halted` and `halt` per breaker.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.model import rayversions
 from reconciler.model.observed import Instance
 from reconciler.model.records import Alert, BreakerState, InstanceRecord, Records, parse_label
 from reconciler.model.spec import ClusterSpec
 
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 # The human view shows a cluster's newest alerts; `--json` has every one.
 ALERTS_SHOWN = 10
 
@@ -152,7 +154,7 @@ def _breakers_by_cluster(
 
 
 def _breaker_shown(state: BreakerState, now: float) -> bool:
-    return state.consecutive_empty > 0 or _paused(state, now)
+    return state.consecutive_empty > 0 or _paused(state, now) or state.halt is not None
 
 
 def _paused(state: BreakerState, now: float) -> bool:
@@ -171,7 +173,31 @@ def _breaker(
         "consecutive_empty": state.consecutive_empty,
         # The spec's threshold (known only when `status` is given the specs).
         "trips_after": spec.breaker.slots if spec else None,
+        # A permanent failure of the node type: no rental until its image or env changes.
+        "halted": _halted(node_type, state, spec),
+        "halt": (
+            {
+                "at": state.halt.at,
+                "class": state.halt.cls,
+                "reason": state.halt.reason,
+                "image": state.halt.image,
+                "record": state.halt.record,
+            }
+            if state.halt is not None
+            else None
+        ),
     }
+
+
+def _halted(node_type: str, state: BreakerState, spec: ClusterSpec | None) -> bool:
+    """The halt holds while the node type's image and env are those it was halted for (a spec
+    that changed them lifts it at the next reconcile); without the spec, as recorded."""
+    if state.halt is None:
+        return False
+    declared = spec.node_types.get(node_type) if spec else None
+    if declared is None:
+        return True
+    return state.halted(rayversions.fingerprint(declared.image, declared.env))
 
 
 def _foreign(instance: Instance) -> dict[str, Any]:
@@ -206,7 +232,9 @@ def human(view: dict[str, Any]) -> str:
                 f"  ! instance {f['vast_id']} ({f['label']}, ${f['dollars_per_hour']:.2f}/h) "
                 "belongs to another state: not managed here"
             )
-        lines += [_breaker_line(b, now) for b in cluster["breakers"] if _breaker_worth(b)]
+        for breaker in cluster["breakers"]:
+            lines += _halt_lines(breaker, now)
+            lines += [_breaker_line(breaker, now)] if _breaker_worth(breaker) else []
         lines += _alert_lines(cluster["alerts"])
     lines.append(f"Total: ${view['dollars_per_hour']:.2f}/h")
     return "\n".join(lines) + "\n"
@@ -231,6 +259,22 @@ def _holds(instance: Mapping[str, Any], now: float) -> list[str]:
 
 def _breaker_worth(breaker: Mapping[str, Any]) -> bool:
     return bool(breaker["paused"] or breaker["consecutive_empty"])
+
+
+def _halt_lines(breaker: Mapping[str, Any], now: float) -> list[str]:
+    halt = breaker["halt"]
+    if halt is None:
+        return []
+    since = _clock_time(halt["at"], now)
+    if not breaker["halted"]:
+        return [
+            f"  halt {breaker['node_type']}: its image or env changed; launches resume at the "
+            f"next reconcile (halted since {since}: {halt['reason']})"
+        ]
+    return [
+        f"  HALTED {breaker['node_type']}: no rentals since {since}, until its image or env "
+        f"changes: {halt['reason']}"
+    ]
 
 
 def _breaker_line(breaker: Mapping[str, Any], now: float) -> str:

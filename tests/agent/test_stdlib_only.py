@@ -18,7 +18,7 @@ from reconciler.head.agentsource import AgentBundle
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ["bootloader", "config", "cores", "ending", "lifecycle", "main", "messages",
-           "raynode", "sampling", "transport", "watchdog"]  # fmt: skip
+           "raynode", "rayversion", "sampling", "transport", "watchdog"]  # fmt: skip
 
 PROBE = """
 import importlib, json, sys

@@ -8,10 +8,12 @@ Regenerate the golden files after a deliberate change with
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from reconciler.model.records import Alert, BreakerState, Phase, Records, Role
+from reconciler.model import rayversions
+from reconciler.model.records import Alert, BreakerState, Halt, Phase, Records, Role
 from reconciler.views import status
 from tests.planning.builders import LINEAGE, NOW, OTHER_LINEAGE, record, row, spec
 
@@ -151,9 +153,13 @@ def test_the_human_view_shows_a_clusters_newest_alerts_and_counts_the_rest() -> 
     assert len(payload["clusters"][0]["alerts"]) == 13  # --json has every one
 
 
-def test_json_is_version_1_1_and_keeps_every_1_0_field() -> None:
+def test_json_is_version_1_2_and_keeps_every_earlier_field() -> None:
     payload = view()
-    assert payload["format_version"] == "1.1"
+    assert payload["format_version"] == "1.2"
+    v11_breaker = {"node_type", "paused", "paused_until", "consecutive_empty", "trips_after"}
+    for cluster in payload["clusters"]:
+        for breaker in cluster["breakers"]:
+            assert v11_breaker | {"halted", "halt"} <= set(breaker)
     assert payload["generated_at"] == NOW
     v10_top = {"format_version", "lineage", "serial", "listing_error", "alerts", "clusters"}
     assert v10_top <= set(payload)
@@ -176,3 +182,47 @@ def test_json_is_version_1_1_and_keeps_every_1_0_field() -> None:
         assert v10_instance <= set(instance)
     # `pinned` keeps its 1.0 meaning: Ray reports work on the node (not a person's pin)
     assert [r for r, i in by_record(payload).items() if i["pinned"]] == ["i1", "i5"]
+
+
+def test_a_halted_node_type_is_shown_loudly_until_its_image_changes() -> None:
+    reason = (
+        "image rayproject/ray:2.49.0-py310 has Ray 2.49.0 (Python 3.10.12), the head runs "
+        "Ray 2.60.0 (Python 3.11.7): Ray refuses a worker node of another Ray version"
+    )
+    gpu = SPEC.node_types["gpu"]
+    halt = Halt(
+        NOW - 300,
+        "ray_version_mismatch",
+        reason,
+        "rayproject/ray:2.49.0-py310",
+        rayversions.fingerprint(gpu.image, gpu.env),
+        "i7",
+    )
+    records = Records(
+        breakers={"c1/gpu": BreakerState(consecutive_empty=1, halt=halt)},
+        alerts=(Alert(NOW - 300, "c1", "ray_version_mismatch", f"refused: {reason}", "i7"),),
+    )
+    payload = status.build(records, [], [SPEC], lineage=LINEAGE, serial=3, now=NOW, error=None)
+    (breaker,) = payload["clusters"][0]["breakers"]
+    assert breaker["halted"] is True
+    assert breaker["halt"] == {
+        "at": NOW - 300,
+        "class": "ray_version_mismatch",
+        "reason": reason,
+        "image": "rayproject/ray:2.49.0-py310",
+        "record": "i7",
+    }
+    text = status.human(payload)
+    assert (
+        f"  HALTED gpu: no rentals since 07:55 UTC, until its image or env changes: {reason}\n"
+        in text
+    )
+    assert "  breaker gpu: 1 of 3 slots in a row ended with no worker\n" in text
+    assert "ALERT 2027-01-15 07:55:00 UTC ray_version_mismatch i7: refused: image" in text
+
+    # the spec now names another image: the halt no longer holds (the planner lifts it)
+    changed = replace(SPEC, node_types={"gpu": replace(gpu, image="rayproject/ray:2.60.0")})
+    payload = status.build(records, [], [changed], lineage=LINEAGE, serial=3, now=NOW, error=None)
+    (breaker,) = payload["clusters"][0]["breakers"]
+    assert breaker["halted"] is False and breaker["halt"]["reason"] == reason
+    assert "  halt gpu: its image or env changed; launches resume" in status.human(payload)

@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print("demand -> first create call (virtual time, the whole controller)")
     print(f"{'Ray read':34} {'p50':>7} {'p95':>7} {'max':>7}")
-    for name, check in (("every 2 s between reconciles", 2.0), ("at the 60-s reconcile only", None)):
+    for name, check in (
+        ("every 2 s between reconciles", 2.0),
+        ("at the 60-s reconcile only", None),
+    ):
         p50, p95, worst = figures(args.trials, check)
         print(f"{name:34} {p50:6.1f}s {p95:6.1f}s {worst:6.1f}s")
     print("target: p95 <= 2 s after Ray first reports the demand (Ray's autoscaler loop: 5 s)")

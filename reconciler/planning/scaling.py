@@ -25,10 +25,12 @@ from reconciler.model.records import (
     BlockEntry,
     InstanceRecord,
     Intent,
+    Records,
     Request,
     RequestStatus,
     Role,
     Slot,
+    breaker_key,
     label_for,
 )
 from reconciler.model.spec import ClusterSpec, NodeType
@@ -346,6 +348,15 @@ def _capacity(record: InstanceRecord) -> bool:
         and record.live
         and not record.lost
     )
+
+
+def halted(records: Records, spec: ClusterSpec, node_type: NodeType) -> bool:
+    """Whether a permanent failure halts this node type as its image and env are now (the
+    planner rents nothing for it; Ray's demand is packed onto the others)."""
+    state = records.breakers.get(breaker_key(spec.name, node_type.name))
+    if state is None:
+        return False
+    return state.halted(rayversions.fingerprint(node_type.image, node_type.env))
 
 
 def capacity(

@@ -16,7 +16,7 @@ to say once per shape; it rents nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler.model.demand import (
@@ -53,13 +53,24 @@ def reading(state: Any, spec: ClusterSpec, records: Records) -> Reading:
     """From a `ClusterResourceState` of the cluster's Ray head."""
     demand = demand_of(state)
     nodes = nodes_of(state, spec, records)
-    packing = raypacking.pack(type_shapes(spec), nodes, demand)
+    # a halted node type (a permanent failure) launches nothing: its demand goes to the others
+    shapes = tuple(
+        replace(t, max_workers=min(t.max_workers, _count(nodes, t.name)), min_workers=0)
+        if scaling.halted(records, spec, spec.node_types[t.name])
+        else t
+        for t in type_shapes(spec)
+    )
+    packing = raypacking.pack(shapes, nodes, demand)
     wanted: dict[NodeKey, int] = {}
     for name in spec.node_types:
         have = scaling.capacity(records.instances, records.requests, spec.name, name)
         wanted[(spec.name, name)] = have + int(packing.launches.get(name, 0))
     infeasible = tuple(f"{u.words()} fits no node type of {spec.name}" for u in packing.infeasible)
     return Reading(wanted, infeasible)
+
+
+def _count(nodes: list[CurrentNode], node_type: str) -> int:
+    return sum(1 for n in nodes if n.node_type == node_type and not n.head)
 
 
 def demand_of(state: Any) -> Demand:

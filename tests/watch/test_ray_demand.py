@@ -8,7 +8,10 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from reconciler.model.rayversions import fingerprint
 from reconciler.model.records import (
+    BreakerState,
+    Halt,
     InstanceRecord,
     Intent,
     Phase,
@@ -17,8 +20,10 @@ from reconciler.model.records import (
     RequestStatus,
     Role,
     Slot,
+    breaker_key,
     label_for,
 )
+from reconciler.spec.loader import load_texts
 from reconciler.watch.raydemand import reading
 from tests.scenarios.world import cluster
 
@@ -180,3 +185,39 @@ def test_a_shape_no_node_type_holds_rents_nothing_and_is_said_in_rays_words() ->
 def test_min_workers_is_a_floor_of_the_count() -> None:
     floor = cluster("c", min_workers=2, max_workers=6, node_extra=CPU2)
     assert reading(state(), floor, Records()).wanted[("c", "gpu")] == 2
+
+
+TWO = """\
+apiVersion: ray-vast/v1
+kind: Cluster
+metadata: {name: c}
+spec:
+  max_dollars_per_hour: 5
+  node_types:
+    old:
+      max_workers: 4
+      resources: {CPU: 2}
+      image: rayproject/ray:2.49.0-py310-cpu
+      disk_gb: 10
+      offer: {filters: {num_gpus: {eq: 1}}}
+    new:
+      max_workers: 4
+      resources: {CPU: 2}
+      image: rayproject/ray:2.60.0-py311-cpu
+      disk_gb: 10
+      offer: {filters: {num_gpus: {eq: 1}}}
+"""
+
+
+def test_a_halted_node_type_launches_nothing_and_its_demand_goes_to_the_others() -> None:
+    (spec,) = load_texts([("c.yaml", TWO)]).clusters
+    old = spec.node_types["old"]
+    halt = Halt(
+        0.0, "ray_version_mismatch", "Ray 2.49.0", old.image, fingerprint(old.image, old.env)
+    )
+    records = Records(breakers={breaker_key("c", "old"): BreakerState(halt=halt)})
+    read = reading(state(tasks=[({"CPU": 1}, 4)]), spec, records)
+    assert (read.wanted[("c", "old")], read.wanted[("c", "new")]) == (0, 2)
+    # not halted: Ray's scheduler spreads the same demand over both (its choice, not ours)
+    free = reading(state(tasks=[({"CPU": 1}, 4)]), spec, Records())
+    assert free.wanted[("c", "old")] > 0 and sum(free.wanted.values()) == 2

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 from reconciler.applying.journal import RecordsLock
 from reconciler.model.records import Records
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerKind, LedgerSink
 
 
-class Books(Protocol):
+class Books(LedgerSink, Protocol):
     @property
     def lock(self) -> RecordsLock: ...
 
@@ -29,21 +29,11 @@ class Books(Protocol):
 
     def update(self, change: Callable[[Records], Records]) -> Records: ...
 
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None: ...
 
+class RecordsHost(Protocol):
+    """Records behind one lock: the watch controller (its journal's), or the head's
+    `SharedRecords` when it runs alone. `mutate` changes and saves them in one hold."""
 
-class _Host(Protocol):
     @property
     def lock(self) -> RecordsLock: ...
 
@@ -52,25 +42,10 @@ class _Host(Protocol):
     def mutate(self, change: Callable[[Records, float], Records]) -> Records: ...
 
 
-class _Ledger(Protocol):
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None: ...
-
-
 @dataclass
 class HostBooks:
-    host: _Host
-    ledger: _Ledger
+    host: RecordsHost
+    ledger: LedgerSink
     lineage: str
 
     @property

@@ -9,23 +9,17 @@ tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
+from reconciler.applying.books import RecordsHost
 from reconciler.applying.journal import RecordsLock
 from reconciler.clock import Clock
 from reconciler.model.plan import Action
 from reconciler.model.records import Records
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerSink
 
-
-class RecordsHost(Protocol):
-    @property
-    def lock(self) -> RecordsLock: ...
-
-    def records(self) -> Records: ...
-
-    def mutate(self, change: Callable[[Records, float], Records]) -> Records: ...
+__all__ = ["LedgerSink", "RecordsHost", "SharedRecords", "Submits"]
 
 
 class SharedRecords:
@@ -52,23 +46,6 @@ class SharedRecords:
                 self._save(updated)
                 self._records = updated
             return updated
-
-
-class LedgerSink(Protocol):
-    """Where the head's notes go (`reconciler.applying.journal.Journal` is one)."""
-
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None: ...
 
 
 class Submits(Protocol):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Self, TypeVar
+from typing import Any, BinaryIO, Protocol, Self, TypeVar
 
 from reconciler.clock import Clock
 from reconciler.state.errors import LocalFileError
@@ -220,6 +220,24 @@ def last_seq(fd: int, size: int) -> int:
                 return seq
         end = start
     return 0
+
+
+class LedgerSink(Protocol):
+    """Anything that takes ledger lines in `LedgerWriter.log`'s shape (the writer, the journal,
+    the head's and the applier's books)."""
+
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None: ...
 
 
 class LedgerWriter:

@@ -7,13 +7,27 @@ vastsim on the simulator's clock. Nothing here does I/O or reads a clock, so a t
 harness) can hold the agent to the seed's rules without playing it by hand.
 
     Started ----------> candidate --EnrollAnswered(200)--> worker -------+
-                          |  ^  retry every min(5 s, window/10)           | heartbeat every interval
-                          +--+  EnrollFailed / 503 / ...                  |
-                          |                                               |
+       |                  |  ^  retry every min(5 s, window/10)           | heartbeat every interval
+       |                  +--+  EnrollFailed / 503 / ...                  |
+       +-(saved identity)-> resuming --ResumeAnswered(200)--> worker      |
+                          |  ^  retried as an enrollment is               |
+                          +--+                                            |
     every ending of the seed's table (below) <----------------------------+
         -> ending:     SendReport, wait for its answer up to report_wait (resent every 0.2 s)
         -> destroying: StopRay, DestroySelf retried every self_destroy_retry until vast confirms
         -> confirmed:  DestroySelf again every CONFIRMED_BACKOFF retries: never exit
+        or, when the head answers the report of a TERM with "deliberate stop" (DESIGN.md 10):
+        -> keeping:    StopRay, SaveIdentity (the enrollment answer: certificate and key)
+        -> stopped:    Exit: PID 1 exits and the container stops, its disk kept
+
+A deliberate stop (the money chain's: the head recorded intent `stopped` before vast's stop sent
+the TERM) keeps the disk: the worker reports first as always, and only when the head's answer
+says `deliberate_stop` does it stop Ray cleanly, keep its identity on the container's disk and
+exit without destroying. Every other ending, and a report nobody answered, destroys, as the seed
+says. The next boot of a container with a saved identity resumes instead of enrolling: it
+presents its saved certificate (mutual TLS) and the head lets it in only when it started the
+instance again itself; the identity is forgotten as soon as the resume is taken, so an
+unexpected restart later enrolls and is refused as a second enrollment.
 
 The endings (reason strings are the protocol's, agent-report.v1.json):
 
@@ -25,12 +39,14 @@ The endings (reason strings are the protocol's, agent-report.v1.json):
     Ray on the worker exits                                   ray_exited
     TERM, INT or HUP to PID 1                                 signal
     an error in the bootstrap                                 bootstrap_error
+    the head refuses the resume of a saved identity           resume_refused
 
 QUIT, USR1 and USR2 change nothing (the kernel drops them for a PID 1 without handlers); a signal
 or an error while already ending changes nothing either: the ending is under way.
 
-The driver's contract: execute each command in order; answer every `SendEnroll`,
-`SendHeartbeat`, `SendReport` and `DestroySelf` with exactly one event (answered or failed);
+The driver's contract: execute each command in order; answer every `SendEnroll`, `SendResume`,
+`SendHeartbeat`, `SendReport`, `SaveIdentity` and `DestroySelf` with exactly one event (answered
+or failed); carry out `Exit` by ending PID 1 (nothing more is fed after it);
 feed `Tick` once the time of the last `WakeAt` has come; feed `RayExited` when Ray's process ends,
 `Signalled` when a signal arrives, `BootstrapError` when the driver itself fails. `now` is any
 monotonic clock in seconds, the same one `AgentState.started` was taken on.
@@ -41,7 +57,7 @@ Runs on every Python Ray supports (3.9 and up): no `match`, no `X | Y` outside a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,12 +65,15 @@ from agent.config import Settings
 
 # Phases of one boot of the container.
 CANDIDATE = "candidate"  # not enrolled yet: enrolling, retrying
+RESUMING = "resuming"  # a saved identity: asking the head to resume it, retrying
 WORKER = "worker"  # enrolled: Ray started, heartbeats
 ENDING = "ending"  # decided to end: the report is out, its answer awaited up to report_wait
 DESTROYING = "destroying"  # Ray stopped; destroying through the vast API until vast confirms
 CONFIRMED = "confirmed"  # vast confirmed; asked again now and then, never exits
-LIVE_PHASES = (CANDIDATE, WORKER)
-ENDING_PHASES = (ENDING, DESTROYING, CONFIRMED)
+KEEPING = "keeping"  # a deliberate stop: Ray stopped, the identity being saved to the disk
+STOPPED = "stopped"  # the identity is on the disk: PID 1 exits, the container stops
+LIVE_PHASES = (CANDIDATE, RESUMING, WORKER)
+ENDING_PHASES = (ENDING, DESTROYING, CONFIRMED, KEEPING, STOPPED)
 
 # The reasons of the seed's table (the head and its tests read these strings).
 NO_HEARTBEAT_SUCCESS = "no_heartbeat_success"
@@ -65,6 +84,7 @@ NO_ENROLLMENT = "no_enrollment"
 RAY_EXITED = "ray_exited"
 SIGNAL = "signal"
 BOOTSTRAP_ERROR = "bootstrap_error"
+RESUME_REFUSED = "resume_refused"
 
 ENDING_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
 REPORT_RESEND = 0.2  # seconds between report attempts while the head does not answer
@@ -148,6 +168,11 @@ class AgentState:
     next_destroy: float | None = None
     destroy_attempts: int = 0
     confirmed_at: float | None = None
+    # The identity a deliberate stop kept on the container's disk (the enrollment answer, with
+    # its certificate and key), found by the driver at boot: this boot resumes instead of
+    # enrolling. None: a boot that enrolls.
+    saved: Mapping[str, Any] | None = None
+    kept_disk: bool = False  # the head said "deliberate stop": the disk is kept, no destroy
 
     @property
     def enroll_deadline(self) -> float:
@@ -160,9 +185,35 @@ class AgentState:
         return self.last_ok + self.timings.worker_gives_up_after
 
 
-def initial(timings: Timings, *, started: float, record_id: str = "") -> AgentState:
-    """A boot that has not started yet; feed it `Started`."""
-    return AgentState(timings=timings, started=started, record_id=record_id)
+def initial(
+    timings: Timings,
+    *,
+    started: float,
+    record_id: str = "",
+    saved: Mapping[str, Any] | None = None,
+) -> AgentState:
+    """A boot that has not started yet; feed it `Started`. `saved`: the identity a deliberate
+    stop kept on the disk (`SaveIdentity`'s), when the driver found one: the boot resumes."""
+    if saved is not None and not resumable(saved):
+        saved = None
+    if saved is not None:
+        record_id = str(saved.get("record_id") or record_id)
+    return AgentState(timings=timings, started=started, record_id=record_id, saved=saved)
+
+
+def resumable(saved: Mapping[str, Any]) -> bool:
+    """Whether a saved identity has what a resume needs: the certificate and key, the CA, the
+    heartbeat URL (where the resume goes) and the record."""
+    cert = saved.get("certificate")
+    beat = saved.get("heartbeat")
+    return (
+        isinstance(cert, Mapping)
+        and all(isinstance(cert.get(k), str) and cert.get(k) for k in ("cert_pem", "key_pem"))
+        and isinstance(cert.get("ca_pem"), str)
+        and isinstance(beat, Mapping)
+        and isinstance(beat.get("url"), str)
+        and bool(saved.get("record_id"))
+    )
 
 
 # --- events --------------------------------------------------------------------------------------
@@ -236,6 +287,29 @@ class ReportDone(Event):
 
 
 @dataclass(frozen=True)
+class ResumeAnswered(Event):
+    """The head's answer to a resume (the enrollment answer without a certificate, on 200)."""
+
+    status: int
+    doc: Any
+
+
+@dataclass(frozen=True)
+class ResumeFailed(Event):
+    """No answer at all to a resume (refused, timed out, TLS failed)."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class IdentitySaved(Event):
+    """`SaveIdentity` is done: whether the identity is on the disk."""
+
+    ok: bool
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class DestroyAnswered(Event):
     """One self-destroy call is over: whether vast confirmed the instance is gone."""
 
@@ -292,6 +366,33 @@ class StopRay(Command):
 
 
 @dataclass(frozen=True)
+class SendResume(Command):
+    """POST /resume on the heartbeat port with the saved certificate (mutual TLS)."""
+
+    timeout: float
+
+
+@dataclass(frozen=True)
+class SaveIdentity(Command):
+    """Keep this on the container's disk (private to the container: 0600): the enrollment answer
+    with the certificate and key, for the next boot's resume."""
+
+    identity: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ForgetIdentity(Command):
+    """Remove the saved identity from the disk: it served its one resume."""
+
+
+@dataclass(frozen=True)
+class Exit(Command):
+    """End PID 1 without destroying: the container stops (vast is stopping it), its disk kept."""
+
+    code: int = 0
+
+
+@dataclass(frozen=True)
 class DestroySelf(Command):
     attempt: int
     timeout: float
@@ -322,7 +423,7 @@ def step(state: AgentState, event: Event, now: float) -> tuple[AgentState, list[
 def wake_at(state: AgentState) -> float | None:
     """The next time a `Tick` may change something (None: only an event can)."""
     times: list[float | None] = []
-    if state.phase == CANDIDATE and state.booted:
+    if state.phase in (CANDIDATE, RESUMING) and state.booted:
         times.append(state.enroll_deadline)
         if state.in_flight is None:
             times.append(state.next_enroll)
@@ -341,36 +442,18 @@ def wake_at(state: AgentState) -> float | None:
 
 
 def _handle(state: AgentState, event: Event, now: float) -> _Out:
-    if isinstance(event, Tick):
-        return _tick(state, now)
-    if isinstance(event, Started):
-        return _started(state, event, now)
-    if isinstance(event, EnrollAnswered):
-        return _enroll_answered(state, event, now)
-    if isinstance(event, EnrollFailed):
-        return _enroll_not_done(state, event.error, now)
-    if isinstance(event, HeartbeatAnswered):
-        return _heartbeat_answered(state, event, now)
-    if isinstance(event, HeartbeatFailed):
-        return _heartbeat_not_taken(state, f"failed: {event.error}", now)
-    if isinstance(event, RayExited):
-        return _ray_exited(state, event, now)
-    if isinstance(event, Signalled):
-        return _signalled(state, event, now)
-    if isinstance(event, BootstrapError):
-        return _bootstrap_error(state, event, now)
-    if isinstance(event, ReportDone):
-        return _report_done(state, event, now)
-    if isinstance(event, DestroyAnswered):
-        return _destroy_answered(state, event, now)
-    raise TypeError(f"not an agent event: {event!r}")
+    handler = _HANDLERS.get(type(event))
+    if handler is None:
+        raise TypeError(f"not an agent event: {event!r}")
+    return handler(state, event, now)
 
 
 def _tick(state: AgentState, now: float) -> _Out:
-    if state.phase == CANDIDATE and state.booted:
+    if state.phase in (CANDIDATE, RESUMING) and state.booted:
         if now >= state.enroll_deadline:
             window = f"{state.timings.candidate_self_destroy:g}s"
-            detail = f"not enrolled within {window} (last: {state.last_problem})"
+            done = "resumed" if state.phase == RESUMING else "enrolled"
+            detail = f"not {done} within {window} (last: {state.last_problem})"
             return _end(state, NO_ENROLLMENT, detail, now)
         if state.in_flight is None and state.next_enroll is not None and now >= state.next_enroll:
             return _try_enroll(state, now)
@@ -401,15 +484,24 @@ def _tick(state: AgentState, now: float) -> _Out:
 def _started(state: AgentState, event: Started, now: float) -> _Out:
     if state.booted or state.phase != CANDIDATE:
         return state, []
-    state = dataclasses.replace(state, booted=True, cpus=event.cpus, gpus=event.gpus)
-    return _try_enroll(state, now)
+    phase = RESUMING if state.saved is not None else CANDIDATE
+    state = dataclasses.replace(state, booted=True, cpus=event.cpus, gpus=event.gpus, phase=phase)
+    notes: list[Command] = []
+    if phase == RESUMING:
+        notes.append(Log(f"a saved identity of {state.record_id}: resuming instead of enrolling"))
+    state, commands = _try_enroll(state, now)
+    return state, notes + commands
 
 
 def _try_enroll(state: AgentState, now: float) -> _Out:
+    """One attempt to get in: an enrollment, or the resume of a saved identity."""
     left = state.enroll_deadline - now
     if left <= 0:
         return _tick(state, now)
     timeout = min(state.timings.request_timeout, left)
+    if state.phase == RESUMING:
+        state = dataclasses.replace(state, in_flight="resume", next_enroll=None)
+        return state, [SendResume(timeout)]
     state = dataclasses.replace(state, in_flight="enroll", next_enroll=None)
     return state, [SendEnroll(timeout)]
 
@@ -437,10 +529,39 @@ def _enroll_not_done(state: AgentState, problem: str, now: float) -> _Out:
     return state, [Log(f"enrollment not done: {problem}")]
 
 
+# --- resuming: a saved identity ----------------------------------------------------------------
+
+
+def _resume_answered(state: AgentState, event: ResumeAnswered, now: float) -> _Out:
+    if state.phase != RESUMING or state.in_flight != "resume":
+        return state, []
+    saved = state.saved or {}
+    if event.status == 200 and isinstance(event.doc, Mapping):
+        # the head sends no certificate: the worker goes on with the one it saved
+        answer = {**event.doc, "certificate": saved.get("certificate")}
+        state, commands = _enrolled(dataclasses.replace(state, saved=None), answer, now)
+        forget: list[Command] = [ForgetIdentity()]
+        return state, forget + commands
+    if event.status == 403:
+        detail = f"the head refused the resume: {describe(event.status, event.doc)}"
+        return _end(dataclasses.replace(state, in_flight=None), RESUME_REFUSED, detail, now)
+    return _resume_not_done(state, describe(event.status, event.doc), now)
+
+
+def _resume_not_done(state: AgentState, problem: str, now: float) -> _Out:
+    """Not resumed this time: tried again as an enrollment is, until the window closes."""
+    if state.phase != RESUMING or state.in_flight != "resume":
+        return state, []
+    retry = min(now + state.timings.enroll_pause, state.enroll_deadline)
+    state = dataclasses.replace(state, in_flight=None, last_problem=problem, next_enroll=retry)
+    return state, [Log(f"resume not done: {problem}")]
+
+
 def _enrolled(state: AgentState, answer: Mapping[str, Any], now: float) -> _Out:
     """A worker now: Ray starts with the real core count and GPUs, or the ones the node type
     declares (`ray_counts`); the first heartbeat goes out at once (on the next tick, so a Ray
     that cannot start ends the boot before any heartbeat)."""
+    resumed = state.phase == RESUMING
     limits = answer.get("thresholds")
     timings = _retuned(state.timings, limits if isinstance(limits, Mapping) else {})
     record_id = str(answer.get("record_id") or state.record_id)
@@ -457,7 +578,8 @@ def _enrolled(state: AgentState, answer: Mapping[str, Any], now: float) -> _Out:
     )
     slot = answer.get("slot_id", "?")
     cpus, gpus, said = ray_counts(state.cpus, state.gpus, answer)
-    notes: list[Command] = [Log(f"enrolled as {record_id} in slot {slot}")]
+    how = "resumed" if resumed else "enrolled"
+    notes: list[Command] = [Log(f"{how} as {record_id} in slot {slot}")]
     if said:
         notes.append(Log(said))
     return state, [*notes, StartRay(cpus, gpus, answer)]
@@ -582,8 +704,10 @@ def _bootstrap_error(state: AgentState, event: BootstrapError, now: float) -> _O
 
 
 def _end(state: AgentState, reason: str, detail: str, now: float) -> _Out:
-    """The one way out of the live phases: report first."""
-    report = Report(reason, detail[:DETAIL_LIMIT], state.phase, state.record_id or None)
+    """The one way out of the live phases: report first. A boot that was resuming reports as
+    the worker it was."""
+    phase = WORKER if state.phase == RESUMING else state.phase
+    report = Report(reason, detail[:DETAIL_LIMIT], phase, state.record_id or None)
     state = dataclasses.replace(
         state,
         phase=ENDING,
@@ -622,19 +746,69 @@ def _report_done(state: AgentState, event: ReportDone, now: float) -> _Out:
 def _after_report(
     state: AgentState, event: ReportDone, commands: list[Command], now: float
 ) -> _Out:
-    """What follows the head's answer to the report: today always the destroy.
-
-    The hook for a deliberate stop (DESIGN.md 10, issue 16, not built): when the money chain's
-    stop sent the TERM, the head will say so in `event.doc`, and this is where the agent will
-    stop Ray cleanly, keep its identity on the container's disk and let the container stop
-    instead of destroying. Every other answer, and no answer, means destroy, as the seed says."""
+    """What follows the head's answer to the report: the destroy, unless the head says this TERM
+    was its own deliberate stop (DESIGN.md 10). Then, and only for a worker with an identity to
+    keep, Ray is stopped cleanly, the identity is kept on the disk and the container stops.
+    Every other answer, and no answer, means destroy, as the seed says."""
+    identity = _identity(state)
+    if deliberate_stop(state, event) and identity is not None:
+        return _keep_disk(state, identity, commands, now)
     return _begin_destroy(state, commands, now)
 
 
-def _begin_destroy(state: AgentState, commands: list[Command], now: float) -> _Out:
+def deliberate_stop(state: AgentState, event: ReportDone) -> bool:
+    """The head's 200 to the report of a TERM (INT, HUP) to a worker says `deliberate_stop`."""
+    report = state.ending
+    return (
+        report is not None
+        and report.reason == SIGNAL
+        and report.phase == WORKER
+        and event.status == 200
+        and isinstance(event.doc, Mapping)
+        and event.doc.get("deliberate_stop") is True
+    )
+
+
+def _identity(state: AgentState) -> Mapping[str, Any] | None:
+    """What a deliberate stop keeps: this boot's enrollment answer (or the identity it was still
+    resuming with), when it has the certificate and key a resume needs."""
+    found = state.answer if state.answer is not None else state.saved
+    if found is None:
+        return None
+    identity = {**found, "record_id": found.get("record_id") or state.record_id}
+    return identity if resumable(identity) else None
+
+
+def _keep_disk(
+    state: AgentState, identity: Mapping[str, Any], commands: list[Command], now: float
+) -> _Out:
+    state = dataclasses.replace(
+        state, phase=KEEPING, next_report=None, in_flight="save", kept_disk=True
+    )
+    out = [*commands, Log("the head stopped this instance deliberately: keeping the disk")]
+    if state.ray_started:
+        out.append(StopRay(state.timings.ray_stop_grace))
+    return state, [*out, SaveIdentity(identity)]
+
+
+def _identity_saved(state: AgentState, event: IdentitySaved, now: float) -> _Out:
+    if state.phase != KEEPING or state.in_flight != "save":
+        return state, []
+    if not event.ok:
+        # a stop that cannot be resumed from keeps nothing worth its storage: destroy
+        state = dataclasses.replace(state, in_flight=None, kept_disk=False)
+        note = Log(f"the identity could not be kept ({event.error}); destroying instead")
+        return _begin_destroy(state, [note], now, ray_stopped=True)
+    state = dataclasses.replace(state, in_flight=None, phase=STOPPED)
+    return state, [Log("identity kept on the disk; PID 1 exits, the container stops"), Exit(0)]
+
+
+def _begin_destroy(
+    state: AgentState, commands: list[Command], now: float, *, ray_stopped: bool = False
+) -> _Out:
     state = dataclasses.replace(state, phase=DESTROYING, next_report=None)
     out = list(commands)
-    if state.ray_started:
+    if state.ray_started and not ray_stopped:
         out.append(StopRay(state.timings.ray_stop_grace))
     return _destroy(state, out, now)
 
@@ -660,6 +834,27 @@ def _destroy_answered(state: AgentState, event: DestroyAnswered, now: float) -> 
         next_destroy=now + (retry * CONFIRMED_BACKOFF if event.confirmed else retry),
     )
     return state, [Log(f"self-destroy attempt {state.destroy_attempts}: {event.what}")]
+
+
+# Each event's handler: (state, event, now) -> (state, commands).
+_HANDLERS: dict[type, Callable[[AgentState, Any, float], _Out]] = {
+    Tick: lambda state, event, now: _tick(state, now),
+    Started: _started,
+    EnrollAnswered: _enroll_answered,
+    EnrollFailed: lambda state, event, now: _enroll_not_done(state, event.error, now),
+    ResumeAnswered: _resume_answered,
+    ResumeFailed: lambda state, event, now: _resume_not_done(state, event.error, now),
+    HeartbeatAnswered: _heartbeat_answered,
+    HeartbeatFailed: lambda state, event, now: _heartbeat_not_taken(
+        state, f"failed: {event.error}", now
+    ),
+    RayExited: _ray_exited,
+    Signalled: _signalled,
+    BootstrapError: _bootstrap_error,
+    ReportDone: _report_done,
+    IdentitySaved: _identity_saved,
+    DestroyAnswered: _destroy_answered,
+}
 
 
 # --- the protocol's small print ------------------------------------------------------------------

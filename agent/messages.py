@@ -1,9 +1,9 @@
 """The agent's messages to the head, as JSON documents (pure; standard library only).
 
-One place builds what the agent sends (agent-enroll-request, agent-heartbeat and agent-report
-v1), so the real agent and the virtual-time harness send the very same bodies: the head's schemas
-and decisions see in the harness what they see from a container. What varies between the two
-worlds (the clock, the machine's readings) comes in as arguments.
+One place builds what the agent sends (agent-enroll-request, agent-resume, agent-heartbeat and
+agent-report v1), so the real agent and the virtual-time harness send the very same bodies: the
+head's schemas and decisions see in the harness what they see from a container. What varies
+between the two worlds (the clock, the machine's readings) comes in as arguments.
 """
 
 from __future__ import annotations
@@ -42,6 +42,40 @@ def enroll_body(
     if settings.agent_sha256:
         body["agent_sha256"] = settings.agent_sha256
     return body
+
+
+def resume_body(
+    settings: Settings,
+    *,
+    record_id: str,
+    boot_id: str,
+    cpus: int,
+    cpu_source: str,
+    gpus: int,
+    runtime: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """POST /resume (port B, with the saved certificate): a worker the head stopped deliberately
+    asks to go on after the head started its instance again; what the enrollment said of the
+    machine is said again (its address and ports may have changed)."""
+    body: dict[str, Any] = {
+        "protocol": PROTOCOL,
+        "instance_id": settings.instance_id,
+        "record_id": record_id,
+        "boot_id": boot_id,
+        "public_ip": settings.public_ip,
+        "ports": {str(k): v for k, v in sorted(settings.ports.items())},
+        "machine": {"cpus": cpus, "cpu_source": cpu_source[:200], "gpus": gpus},
+    }
+    if runtime is not None:
+        body["runtime"] = dict(runtime)
+    return body
+
+
+def resume_url(heartbeat_url: str) -> str:
+    """Where a resume goes: the heartbeat port (the same mutual TLS), path `/resume`."""
+    scheme, _, rest = heartbeat_url.partition("://")
+    netloc = rest.split("/", 1)[0]
+    return f"{scheme}://{netloc}/resume"
 
 
 def heartbeat_body(

@@ -7,8 +7,12 @@ machine to the real world, and adds nothing of its own:
 
     the clock     `time.monotonic()` is the machine's `now`; `time.time()` only stamps messages
     the head      enrollment, heartbeats and the report over pinned TLS (`agent.transport`),
-                  from the container's own address when told one (`Settings.source_ip`)
+                  from the container's own address when told one (`Settings.source_ip`); the
+                  resume of a saved identity with its certificate (mutual TLS, port B)
+    the disk      the identity a deliberate stop keeps, found at boot (`agent.identity`)
     vast          the self-destroy with the instance's own key (`agent.ending`)
+    PID 1         exits only when the machine says so (`Exit`, after a deliberate stop kept
+                  the identity): the container stops with vast's stop, its disk kept
     Ray           `ray start --block` in its own process group (`agent.raynode`), polled
     signals       TERM, INT and HUP become `Signalled`; QUIT, USR1 and USR2 are ignored
 
@@ -27,8 +31,10 @@ short. KILL cannot be caught, and inside a container it cannot reach PID 1 eithe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sys
 import time
 import traceback
 from collections import deque
@@ -36,7 +42,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from agent import cores, ending, lifecycle, messages, raynode, rayversion, sampling, transport
+from agent import (
+    cores,
+    ending,
+    identity,
+    lifecycle,
+    messages,
+    raynode,
+    rayversion,
+    sampling,
+    transport,
+)
 from agent.config import Settings
 from agent.lifecycle import (
     BootstrapError,
@@ -46,8 +62,11 @@ from agent.lifecycle import (
     Event,
     HeartbeatAnswered,
     HeartbeatFailed,
+    IdentitySaved,
     RayExited,
     ReportDone,
+    ResumeAnswered,
+    ResumeFailed,
     Signalled,
     Started,
     Tick,
@@ -113,8 +132,20 @@ class Watchdog:
     # --- the whole life --------------------------------------------------------------------
 
     def run(self) -> NoReturn:
-        """Count the machine, then enroll, serve and end as the machine decides."""
+        """Count the machine, then enroll (or resume a saved identity), serve and end as the
+        machine decides."""
         self.arm_signals()
+        try:
+            saved, found = identity.load(self.env, self.settings.instance_id)
+            self.log(found)
+            self.state = lifecycle.initial(
+                self.state.timings,
+                started=self.boot.started,
+                record_id=self.settings.record_id,
+                saved=saved,
+            )
+        except Exception as exc:  # a disk that cannot be read: enroll, as a first boot does
+            self.log(f"the saved identity could not be read: {_exception(exc)}")
         try:
             machine = cores.read_cores()
             gpus = cores.detect_gpus(self.env)
@@ -195,17 +226,34 @@ class Watchdog:
             self.wake = command.at
         elif isinstance(command, lifecycle.SendEnroll):
             self.events.append(self._enroll(command))
+        elif isinstance(command, lifecycle.SendResume):
+            self.events.append(self._resume(command))
         elif isinstance(command, lifecycle.StartRay):
             self._start_ray(command)
         elif isinstance(command, lifecycle.SendHeartbeat):
             self.events.append(self._heartbeat(command))
         elif isinstance(command, lifecycle.SendReport):
             self.events.append(self._report(command))
-        elif isinstance(command, lifecycle.StopRay):
+        else:
+            self._execute_ending(command)
+
+    def _execute_ending(self, command: lifecycle.Command) -> None:
+        """The commands of the endings: Ray stopped, the identity kept or forgotten, the
+        self-destroy, PID 1's exit."""
+        if isinstance(command, lifecycle.StopRay):
             self._stop_ray(command.grace)
         elif isinstance(command, lifecycle.DestroySelf):
             confirmed, what = ending.destroy_once(self.settings, timeout=command.timeout)
             self.events.append(DestroyAnswered(confirmed, what))
+        elif isinstance(command, lifecycle.SaveIdentity):
+            self.events.append(self._save_identity(command))
+        elif isinstance(command, lifecycle.ForgetIdentity):
+            try:
+                identity.forget(self.env)
+            except OSError as exc:  # the head has taken the resume: a leftover is refused later
+                self.log(f"the saved identity could not be removed: {exc}")
+        elif isinstance(command, lifecycle.Exit):
+            self._exit(command.code)
         else:
             raise TypeError(f"not an agent command: {command!r}")
 
@@ -227,6 +275,51 @@ class Watchdog:
         if isinstance(reply, str):
             return EnrollFailed(reply)
         return EnrollAnswered(reply.status, reply.doc)
+
+    def _resume(self, command: lifecycle.SendResume) -> Event:
+        saved = self.state.saved or {}
+        cert = saved["certificate"]
+        body = messages.resume_body(
+            self.settings,
+            record_id=self.state.record_id,
+            boot_id=self.boot.boot_id,
+            cpus=self.state.cpus,
+            cpu_source=self._cpu_source,
+            gpus=self.state.gpus,
+            runtime=self._ray_runtime(),
+        )
+        try:
+            context = transport.pinned_context(
+                cert["ca_pem"], cert_pem=cert["cert_pem"], key_pem=cert["key_pem"]
+            )
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            return ResumeFailed(f"the saved certificate cannot be used: {exc}")
+        reply = self._exchange(
+            messages.resume_url(str(saved["heartbeat"]["url"])),
+            body=body,
+            context=context,
+            timeout=command.timeout,
+        )
+        if isinstance(reply, str):
+            return ResumeFailed(reply)
+        return ResumeAnswered(reply.status, reply.doc)
+
+    def _save_identity(self, command: lifecycle.SaveIdentity) -> Event:
+        try:
+            identity.save(self.env, self.settings.instance_id, command.identity)
+        except OSError as exc:
+            return IdentitySaved(False, str(exc))
+        self.log(f"identity kept at {identity.path(self.env)}")
+        return IdentitySaved(True)
+
+    def _exit(self, code: int) -> NoReturn:
+        """PID 1 ends: the container stops (vast is stopping it) and keeps its disk. `os._exit`,
+        so that nothing on the way (the bootloader's own endings) turns it into a destroy."""
+        self.log(f"PID 1 exits ({code}) without destroying: the disk is kept")
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
     def _ray_runtime(self) -> dict[str, Any]:
         """The image's Ray and Python (asked once, before the first enrollment attempt)."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.head.enrollment import Admission
-from reconciler.head.messages import PROTOCOL, EnrollRequest
+from reconciler.head.messages import PROTOCOL, EnrollRequest, ResumeRequest
 from reconciler.head.pki import Issued
 from reconciler.model.spec import ClusterSpec
 
@@ -100,6 +100,57 @@ def enroll_answer(
     ray_auth_token: str,
 ) -> dict[str, Any]:
     """agent-enroll-response.v1.json for one admitted worker."""
+    answer = _answer(
+        admission,
+        request,
+        spec=spec,
+        endpoints=endpoints,
+        ports=ports,
+        ray_auth_token=ray_auth_token,
+    )
+    answer["certificate"] = {
+        "cert_pem": certificate.cert_pem.decode(),
+        "key_pem": certificate.key_pem.decode(),
+        "ca_pem": ca_pem,
+        "serial": f"{certificate.serial:x}",
+        "not_after": certificate.not_after,
+    }
+    return answer
+
+
+def resume_answer(
+    admission: Admission,
+    request: ResumeRequest,
+    *,
+    spec: ClusterSpec,
+    endpoints: HeadEndpoints,
+    ports: PortPlan,
+    ray_auth_token: str,
+) -> dict[str, Any]:
+    """agent-enroll-response.v1.json for a resumed worker (DESIGN.md 10): the enrollment answer
+    as the node type is now and the machine says it is now (its ports are read again), with
+    `resumed` and without a certificate: the worker goes on with the one it kept."""
+    answer = _answer(
+        admission,
+        request,
+        spec=spec,
+        endpoints=endpoints,
+        ports=ports,
+        ray_auth_token=ray_auth_token,
+    )
+    answer["resumed"] = True
+    return answer
+
+
+def _answer(
+    admission: Admission,
+    request: EnrollRequest | ResumeRequest,
+    *,
+    spec: ClusterSpec,
+    endpoints: HeadEndpoints,
+    ports: PortPlan,
+    ray_auth_token: str,
+) -> dict[str, Any]:
     record = admission.record
     node_type = spec.node_types.get(record.node_type)
     node_manager, object_manager, worker_ports = ports.resolve(request.ports)
@@ -121,13 +172,6 @@ def enroll_answer(
         "request_id": admission.request_id,
         "slot_id": admission.slot_id,
         "instance_id": request.instance_id,
-        "certificate": {
-            "cert_pem": certificate.cert_pem.decode(),
-            "key_pem": certificate.key_pem.decode(),
-            "ca_pem": ca_pem,
-            "serial": f"{certificate.serial:x}",
-            "not_after": certificate.not_after,
-        },
         "heartbeat": {"url": endpoints.heartbeat_url},
         "ray": {
             "head_address": endpoints.ray_address,

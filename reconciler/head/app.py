@@ -26,7 +26,7 @@ from reconciler import rayruntime
 from reconciler.clock import Clock
 from reconciler.head import enrollment, heartbeats, limits, messages, pki, reports
 from reconciler.head.agentsource import AgentBundle
-from reconciler.head.answers import HeadEndpoints, PortPlan, enroll_answer
+from reconciler.head.answers import HeadEndpoints, PortPlan, enroll_answer, resume_answer
 from reconciler.head.decisions import Decision, Note, Refusal
 from reconciler.head.shared import LedgerSink, RecordsHost, Submits
 from reconciler.model.rayversions import RayVersions
@@ -198,6 +198,40 @@ class HeadApp:
             },
         )
 
+    # --- POST /resume (port B) -------------------------------------------------------------
+
+    def resume(self, peer_cert_der: bytes | None, body: bytes, peer: str | None = None) -> Answer:
+        """A worker the head stopped deliberately, back with its kept certificate after the head
+        started its instance again (DESIGN.md 10): the enrollment answer again, without a
+        certificate; any other restart is refused (the worker reports and destroys itself)."""
+        identity = pki.worker_identity(peer_cert_der) if peer_cert_der else None
+        parsed = self._parse(messages.RESUME, body, "resume", peer)
+        if isinstance(parsed, Answer):
+            return parsed
+        request = messages.ResumeRequest.of(parsed)
+        decision = self._decide(
+            lambda records, now: enrollment.resume(
+                records,
+                identity,
+                request,
+                cluster=self.cluster,
+                lineage=self.lineage,
+                now=now,
+            ),
+            peer,
+        )
+        if decision.refusal is not None or decision.outcome is None:
+            return refusal_answer(decision.refusal or Refusal(500, "bad_request", "no decision"))
+        answer = resume_answer(
+            decision.outcome,
+            request,
+            spec=self.spec,
+            endpoints=self.endpoints,
+            ports=self.ports,
+            ray_auth_token=self.pki.ray_auth_token,
+        )
+        return json_answer(200, answer)
+
     # --- POST /report ----------------------------------------------------------------------
 
     def report(self, body: bytes, peer: str | None = None) -> Answer:
@@ -216,6 +250,14 @@ class HeadApp:
         )
         if decision.refusal is not None:
             return refusal_answer(decision.refusal)  # unproven: tallied, no log line each
+        if decision.outcome:
+            log.info(
+                "cluster %s: instance %d stops as the head asked (deliberate stop): its disk "
+                "is kept",
+                self.cluster,
+                message.instance_id,
+            )
+            return json_answer(200, {"ok": True, "deliberate_stop": True})
         log.warning(
             "cluster %s: instance %d (%s) reports %s before destroying itself: %s",
             self.cluster,

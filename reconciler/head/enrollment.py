@@ -24,6 +24,18 @@
    to the boot, the rent-loop breaker count of the node type goes back to 0;
 6. when that was the last open slot, closes the request and destroys every other candidate of it
    at once (not on a later tick), recording the intent before the calls.
+
+`resume(records, identity, request, ...)` is the other way in (DESIGN.md 10, "A deliberate stop
+keeps the disk"): a worker that the head stopped deliberately kept its certificate and key, and
+at the first boot after the head started its instance again it presents them (mutual TLS)
+instead of a join token. It is let in only for a live worker record of ours, on the instance and
+with the very certificate its enrollment issued (not revoked), whose stop the head answered as
+deliberate (`stopped_deliberately_at`) and whose intent the head has set back to running (the
+planner's start records it before the call to vast). Its slot, request and certificate stay as
+they were. The same boot asking again (its answer was lost) is answered again. Every other
+restart is refused: a record still meant to be stopped, a stop that was not the head's, a
+second boot after a resume; the worker reports and destroys itself, as after a refused second
+enrollment.
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ from dataclasses import dataclass, replace
 
 from reconciler.head import decisions as dec
 from reconciler.head import tokens
-from reconciler.head.messages import EnrollRequest
+from reconciler.head.messages import EnrollRequest, ResumeRequest
+from reconciler.head.pki import WorkerIdentity
 from reconciler.model import rayversions
 from reconciler.model.plan import Action
 from reconciler.model.rayversions import RayVersions
@@ -53,6 +66,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import LedgerKind
 
 VERSION_MISMATCH = "ray_version_mismatch"
+RESUME_REFUSED = "resume_refused"
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,115 @@ def enroll(
             f"{settled} ({slot_request.status.value})",
         )
     return _admit(records, request, token, record, slot_request, now=now, serial=serial, peer=peer)
+
+
+def resume(
+    records: Records,
+    identity: WorkerIdentity | None,
+    request: ResumeRequest,
+    *,
+    cluster: str,
+    lineage: str,
+    now: float,
+) -> dec.Decision[Admission]:
+    """Decide one resume; `identity` is what the client certificate names (None: none)."""
+    record = records.instances.get(identity.record_id) if identity is not None else None
+    problem = _resume_problem(records, identity, record, request, cluster=cluster, lineage=lineage)
+    if problem is not None or record is None or identity is None:
+        error, why = problem or ("unknown_worker", "the certificate names no worker")
+        note = dec.Note(
+            LedgerKind.DETECTION,
+            RESUME_REFUSED,
+            f"resume of instance {request.instance_id} refused ({error}): {why}",
+            record=record.id if record is not None else None,
+            instance=request.instance_id,
+            data={"boot_id": request.boot_id, "refused": error},
+        )
+        return dec.Decision(records, (note,), (), dec.Refusal(403, error, why))
+    again = record.resumed_boot == request.boot_id and record.stopped_deliberately_at is None
+    resumed = replace(
+        record,
+        phase=Phase.ENROLLED,
+        self_report_at=now,
+        public_ip=request.public_ip,
+        stopped_deliberately_at=None,
+        start_requested_at=None,
+        resumed_boot=request.boot_id,
+    )
+    stopped_for = (
+        f" after {now - record.stopped_deliberately_at:.0f}s stopped"
+        if record.stopped_deliberately_at is not None
+        else ""
+    )
+    note = dec.Note(
+        LedgerKind.DECISION if not again else LedgerKind.NOTE,
+        "resumed",
+        f"instance {request.instance_id} resumed as the worker of slot {record.slot_id} with its "
+        f"kept certificate{stopped_for}" + (" (asked again from the same boot)" if again else ""),
+        record=record.id,
+        instance=request.instance_id,
+        data={
+            "slot": record.slot_id,
+            "request": record.request_id,
+            "boot_id": request.boot_id,
+            "public_ip": request.public_ip,
+            "again": again,
+        },
+    )
+    admission = Admission(
+        resumed, record.slot_id or "", record.request_id, identity.serial, again=again
+    )
+    return dec.Decision(dec.put(records, resumed), (note,), (), None, admission)
+
+
+def _resume_problem(
+    records: Records,
+    identity: WorkerIdentity | None,
+    record: InstanceRecord | None,
+    request: ResumeRequest,
+    *,
+    cluster: str,
+    lineage: str,
+) -> tuple[str, str] | None:
+    """Why this resume is refused (error code, reason), or None to let it in."""
+    if identity is None:
+        return "unknown_worker", "the certificate names no worker"
+    if identity.serial in records.revoked_certs:
+        return "revoked", f"certificate {identity.serial:x} is revoked"
+    if identity.cluster != cluster:
+        return "unknown_worker", f"the certificate is of cluster {identity.cluster!r}"
+    if record is None or not dec.ours(record, cluster=cluster, lineage=lineage):
+        return "unknown_worker", f"record {identity.record_id} is not a worker of ours"
+    if not record.live or record.intent is Intent.DESTROYED:
+        ended = record.ended_reason or "destroyed"
+        return "unknown_worker", f"record {record.id} has ended ({ended})"
+    if (
+        record.role is not Role.WORKER
+        or record.vast_id != identity.instance_id
+        or record.cert_serial != identity.serial
+    ):
+        return "unknown_worker", f"record {record.id} has no worker with this certificate"
+    if request.instance_id != identity.instance_id or request.record_id != identity.record_id:
+        return "unknown_worker", "the resume speaks for another instance than its certificate"
+    if record.stopped_deliberately_at is None and record.resumed_boot == request.boot_id:
+        return None if record.intent is Intent.RUNNING else _not_started(record)
+    if record.stopped_deliberately_at is None:
+        return (
+            RESUME_REFUSED,
+            f"instance {request.instance_id} was not stopped by the head (or has resumed "
+            "already): a restarted container is not let in again",
+        )
+    if record.intent is not Intent.RUNNING:
+        return _not_started(record)
+    return None
+
+
+def _not_started(record: InstanceRecord) -> tuple[str, str]:
+    return (
+        RESUME_REFUSED,
+        f"record {record.id} is meant to be {record.intent.value}: the head has not started "
+        "it again",
+    )
 
 
 def _token_problem(

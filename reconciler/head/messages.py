@@ -25,6 +25,7 @@ ENROLL_REQUEST = "agent-enroll-request.v1.json"
 ENROLL_RESPONSE = "agent-enroll-response.v1.json"
 HEARTBEAT = "agent-heartbeat.v1.json"
 REPORT = "agent-report.v1.json"
+RESUME = "agent-resume.v1.json"
 ERROR = "agent-error.v1.json"
 MAX_BODY = 64 * 1024
 
@@ -141,6 +142,37 @@ class EnrollRequest:
         return cls(
             token=doc["token"],
             instance_id=doc["instance_id"],
+            boot_id=doc["boot_id"],
+            public_ip=doc["public_ip"],
+            ports={int(k): int(v) for k, v in doc["ports"].items()},
+            cpus=machine["cpus"],
+            gpus=machine["gpus"],
+            cpu_source=machine.get("cpu_source", ""),
+            **_runtime(doc.get("runtime")),
+        )
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """A worker the head stopped deliberately, asking to go on with its kept certificate."""
+
+    instance_id: int
+    record_id: str
+    boot_id: str
+    public_ip: str | None
+    ports: Mapping[int, int]
+    cpus: int
+    gpus: int
+    cpu_source: str = ""
+    runtime: RayVersions | None = None
+    runtime_source: str = ""
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any]) -> ResumeRequest:
+        machine = doc["machine"]
+        return cls(
+            instance_id=doc["instance_id"],
+            record_id=doc["record_id"],
             boot_id=doc["boot_id"],
             public_ip=doc["public_ip"],
             ports={int(k): int(v) for k, v in doc["ports"].items()},

@@ -1,7 +1,8 @@
 """The head's agent services on the network: two TLS ports, each served by background threads.
 
 - the enrollment port (TLS, server-authenticated): `POST /enroll`, `POST /report`, `GET /agent`;
-- the heartbeat port, "port B" (mutual TLS, only the cluster CA's certificates): `POST /heartbeat`.
+- the heartbeat port, "port B" (mutual TLS, only the cluster CA's certificates): `POST /heartbeat`,
+  and `POST /resume` (a worker back after a deliberate stop, with its kept certificate).
 
 The standard library's HTTP server parses the HTTP; this module adds the TLS and what a port facing
 the internet must bound (`Limits`), so that nothing that reaches a port can flood it or hold it:
@@ -434,6 +435,8 @@ class _Handler(BaseHTTPRequestHandler):
         if name == "agent":
             return app.agent_download(peer=self.client_address[0])
         cert = self.connection.getpeercert(binary_form=True)
+        if name == "resume":
+            return app.resume(cert, body, peer=self.client_address[0])
         return app.heartbeat(cert, body, peer=self.client_address[0])
 
     def _body(self) -> bytes | None:
@@ -501,7 +504,10 @@ class _EnrollHandler(_Handler):
 
 
 class _HeartbeatHandler(_Handler):
-    routes: ClassVar[dict[tuple[str, str], str]] = {("POST", "/heartbeat"): "heartbeat"}
+    routes: ClassVar[dict[tuple[str, str], str]] = {
+        ("POST", "/heartbeat"): "heartbeat",
+        ("POST", "/resume"): "resume",
+    }
 
 
 class HeadService:

@@ -138,6 +138,16 @@ class InstanceRecord:
     # is checked again after a while). Cleared when vast confirms.
     call_attempts: int = 0
     retry_at: float | None = None
+    # A deliberate stop (DESIGN.md 10): when the head answered the worker's report of the
+    # money chain's stop with "deliberate stop" (the worker keeps its certificate and key on its
+    # disk and lets the container stop); cleared when the worker resumes. Only such a worker is
+    # started again for demand, and only its resume is let in.
+    stopped_deliberately_at: float | None = None
+    # When the planner last asked vast to start it again (the start-stuck limit runs from here,
+    # and so does the went-silent clock of a worker that was stopped).
+    start_requested_at: float | None = None
+    # The boot that resumed it with its saved certificate (its lost answer is answered again).
+    resumed_boot: str | None = None
 
     @property
     def live(self) -> bool:

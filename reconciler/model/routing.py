@@ -51,6 +51,13 @@ ROUTES: dict[str, Route] = {
     "extra_candidate": Route((Outcome.NOTHING,)),
     "late_candidate": Route((Outcome.NOTHING,)),
     "second_enrollment": Route(_REPLACE),
+    # a deliberate stop (DESIGN.md 10): the worker keeps its disk and the instance stops; its
+    # resume when the head starts it again; a resume the head did not ask for is a restart
+    "deliberate_stop": Route((Outcome.NOTHING,), ends_machine=False),
+    "resumed": Route((Outcome.NOTHING,), ends_machine=False),
+    "resume_refused": Route(_REPLACE),
+    # a start vast cannot carry out (its GPU was taken meanwhile: `scheduling`): a new rental
+    "start_stuck": Route(_REPLACE),
     # second seed: the five nets
     # a request's slots still empty at its deadline: its candidates' hosts stalled it
     "provision_deadline": Route(_REPLACE_BLOCK, blocklist="timeout"),

@@ -13,6 +13,11 @@ destroys before it reports fails.
     Ray exits                              ENDINGS["ray exits"]
     TERM, INT or HUP                       ENDINGS["TERM"], ["INT"], ["HUP"]
     an error in the bootstrap              ENDINGS["bootstrap error"], ["Ray cannot start"]
+    a refused resume of a saved identity   ENDINGS["resume 403"]
+
+and the deliberate stop (DESIGN.md 10): the head's answer to the report of a TERM decides whether
+the worker keeps its disk and exits (KEEPS) or destroys (DESTROYS), and a boot with a saved
+identity resumes instead of enrolling (test_a_saved_identity_resumes_instead_of_enrolling, ...).
 """
 
 from __future__ import annotations
@@ -40,11 +45,18 @@ from agent.lifecycle import (
     Event,
     HeartbeatAnswered,
     HeartbeatFailed,
+    Exit,
+    ForgetIdentity,
+    IdentitySaved,
     RayExited,
     ReportDone,
+    ResumeAnswered,
+    ResumeFailed,
+    SaveIdentity,
     SendEnroll,
     SendHeartbeat,
     SendReport,
+    SendResume,
     Signalled,
     Started,
     StartRay,
@@ -55,12 +67,18 @@ from agent.lifecycle import (
 )
 
 OK_BEAT = {"ok": True, "heartbeat_interval_seconds": 30.0, "worker_gives_up_after_seconds": 300.0}
+CERTIFICATE = {"cert_pem": "-----BEGIN CERTIFICATE-----x", "key_pem": "k", "ca_pem": "c"}
 ANSWER: dict[str, Any] = {
     "record_id": "i7",
     "slot_id": "q1s1",
+    "certificate": CERTIFICATE,
+    "heartbeat": {"url": "https://h:7001/heartbeat"},
     "ray": {"head_address": "h:6379"},
     "thresholds": {"heartbeat_interval_seconds": 30.0, "worker_gives_up_after_seconds": 300.0},
 }
+RESUMED = {k: v for k, v in ANSWER.items() if k != "certificate"} | {"resumed": True}
+DELIBERATE = {"ok": True, "deliberate_stop": True}
+NOT_STARTED = {"error": "resume_refused", "message": "record i7 is meant to be stopped"}
 REFUSED = {"error": "late_candidate", "message": "every slot is settled"}
 RESTARTED = {"error": "second_enrollment", "message": "a restarted container is not let in"}
 UNKNOWN = {"error": "unknown_worker", "message": "record i7 has ended"}
@@ -80,6 +98,8 @@ class World:
     report: Callable[[float], Event | None] = lambda now: ReportDone(200, {"ok": True})
     destroy: Callable[[float, int], Event] = lambda now, n: DestroyAnswered(True, "200")
     ray_starts: bool = True
+    resume: Callable[[float], Event] = lambda now: ResumeAnswered(200, RESUMED)
+    save: Callable[[float], Event] = lambda now: IdentitySaved(True)
 
 
 @dataclass
@@ -90,6 +110,7 @@ class Run:
     world: World = field(default_factory=World)
     timings: Timings = field(default_factory=Timings)
     now: float = 0.0
+    saved: dict[str, Any] | None = None  # the identity on the disk at boot
     state: AgentState = field(init=False)
     trace: list[tuple[float, Command]] = field(default_factory=list)
     wake: float | None = None
@@ -98,7 +119,9 @@ class Run:
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
-        self.state = lifecycle.initial(self.timings, started=self.now, record_id="i7")
+        self.state = lifecycle.initial(
+            self.timings, started=self.now, record_id="i7", saved=self.saved
+        )
         self.feed(Started(cpus=8, gpus=1))
 
     def at(self, when: float, event: Event) -> Run:
@@ -129,6 +152,10 @@ class Run:
             answer = w.report(self.now)
         elif isinstance(command, DestroySelf):
             answer = w.destroy(self.now, command.attempt)
+        elif isinstance(command, SendResume):
+            answer = w.resume(self.now)
+        elif isinstance(command, SaveIdentity):
+            answer = w.save(self.now)
         if answer is not None:
             self._queue.append(answer)
 
@@ -166,7 +193,8 @@ class Run:
         seen: list[str] = []
         for _, c in self.trace:
             name = type(c).__name__
-            if isinstance(c, (SendReport, StopRay, DestroySelf)) and name not in seen:
+            ending = (SendReport, StopRay, DestroySelf, SaveIdentity, Exit)
+            if isinstance(c, ending) and name not in seen:
                 seen.append(name)
         return seen
 
@@ -269,6 +297,24 @@ ENDINGS: dict[str, Ending] = {
         "candidate",
         600,
     ),
+    "resume 403": Ending(
+        lambda: Run(
+            World(resume=lambda now: ResumeAnswered(403, NOT_STARTED)), saved=dict(ANSWER)
+        ).run_until(60),
+        "resume_refused",
+        "resume_refused",
+        "worker",  # it was one: a boot that resumes reports as the worker it was
+        0,
+    ),
+    "no resume": Ending(
+        lambda: Run(
+            World(resume=lambda now: ResumeFailed("connection refused")), saved=dict(ANSWER)
+        ).run_until(700),
+        "no_enrollment",
+        "not resumed within 600s (last: connection refused",
+        "worker",
+        600,
+    ),
 }
 
 
@@ -282,7 +328,7 @@ def test_every_ending_reports_then_stops_ray_then_destroys(case: str) -> None:
     assert run.times(SendReport) == [ending.at]
     assert report.record_id == "i7"
     # report first, then Ray (only when it was started), then the destroy, at the same moment
-    stops = ["StopRay"] if ending.phase == "worker" else []
+    stops = ["StopRay"] if run.commands(StartRay) else []
     assert run.order() == ["SendReport", *stops, "DestroySelf"]
     assert run.times(DestroySelf)[0] == ending.at
     assert run.state.phase == lifecycle.CONFIRMED
@@ -300,6 +346,7 @@ def test_the_reason_strings_are_the_protocols() -> None:
         "ray_exited",
         "signal",
         "bootstrap_error",
+        "resume_refused",
     }
 
 
@@ -465,3 +512,151 @@ def test_the_machine_does_no_io_and_reads_no_clock() -> None:
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
     assert imported <= {"__future__", "dataclasses", "collections", "typing", "agent"}
+
+
+# --- a deliberate stop keeps the disk; a saved identity resumes ----------------------------------
+
+
+def term_at_100(report: Callable[[float], Event | None], **world: Any) -> Run:
+    return Run(World(report=report, **world)).at(100.0, Signalled("SIGTERM")).run_until(200)
+
+
+# The head's answer to the report of a TERM to a worker, and what the worker does then.
+KEEPS = {
+    "deliberate stop": lambda: term_at_100(lambda now: ReportDone(200, DELIBERATE)),
+    "INT, deliberate": lambda: (
+        Run(World(report=lambda now: ReportDone(200, DELIBERATE)))
+        .at(100.0, Signalled("INT"))
+        .run_until(200)
+    ),
+}
+DESTROYS = {
+    "a plain ok": lambda: term_at_100(lambda now: ReportDone(200, {"ok": True})),
+    "no answer": lambda: term_at_100(lambda now: ReportDone(None, error="timed out")),
+    "never returns": lambda: term_at_100(lambda now: None),
+    "deliberate false": lambda: term_at_100(
+        lambda now: ReportDone(200, {"ok": True, "deliberate_stop": False})
+    ),
+    "a 403 that says deliberate": lambda: term_at_100(lambda now: ReportDone(403, DELIBERATE)),
+    "a 5xx that says deliberate": lambda: term_at_100(lambda now: ReportDone(503, DELIBERATE)),
+    "deliberate, but Ray exited": lambda: (
+        Run(World(report=lambda now: ReportDone(200, DELIBERATE)))
+        .at(100.0, RayExited(1))
+        .run_until(200)
+    ),
+    "deliberate, but heartbeats refused": lambda: Run(
+        World(
+            report=lambda now: ReportDone(200, DELIBERATE),
+            heartbeat=lambda now, seq: HeartbeatAnswered(403, UNKNOWN),
+        )
+    ).run_until(200),
+    "deliberate, to a candidate": lambda: (
+        Run(
+            World(
+                enroll=lambda now: EnrollFailed("refused"),
+                report=lambda now: ReportDone(200, DELIBERATE),
+            )
+        )
+        .at(3.0, Signalled("TERM"))
+        .run_until(60)
+    ),
+    "deliberate, the disk cannot keep it": lambda: term_at_100(
+        lambda now: ReportDone(200, DELIBERATE),
+        save=lambda now: IdentitySaved(False, "No space left on device"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(KEEPS))
+def test_the_heads_deliberate_stop_keeps_the_disk_and_exits_without_destroying(case: str) -> None:
+    run = KEEPS[case]()
+    assert run.order() == ["SendReport", "StopRay", "SaveIdentity", "Exit"]
+    assert run.commands(DestroySelf) == []
+    assert run.times(Exit) == [100.0] and run.commands(Exit) == [Exit(0)]
+    assert run.state.phase == lifecycle.STOPPED and run.state.kept_disk
+    (kept,) = run.commands(SaveIdentity)
+    assert kept.identity["certificate"] == CERTIFICATE  # what the next boot resumes with
+    assert kept.identity["record_id"] == "i7"
+    assert run.wake is None  # nothing is due: PID 1 is gone
+
+
+@pytest.mark.parametrize("case", list(DESTROYS))
+def test_every_other_answer_destroys_as_the_seed_says(case: str) -> None:
+    run = DESTROYS[case]()
+    assert run.commands(Exit) == []
+    assert run.commands(DestroySelf), "no destroy"
+    assert run.state.phase == lifecycle.CONFIRMED and not run.state.kept_disk
+    assert run.order()[0] == "SendReport"
+    assert run.order().count("StopRay") <= 1  # Ray is stopped once, whatever came first
+    if case != "deliberate, the disk cannot keep it":
+        assert run.commands(SaveIdentity) == []
+
+
+def test_a_saved_identity_resumes_instead_of_enrolling() -> None:
+    run = Run(saved=dict(ANSWER), now=1000.0).run_until(1000.0 + 65)
+    assert run.commands(SendEnroll) == []
+    assert run.times(SendResume) == [1000.0]
+    # the resume is taken: the identity is forgotten first (a later restart enrolls, and the
+    # head refuses it as a second enrollment), then Ray starts with the kept certificate
+    kinds = [type(c).__name__ for _, c in run.trace if not isinstance(c, (lifecycle.Log, WakeAt))]
+    assert kinds[:3] == ["SendResume", "ForgetIdentity", "StartRay"]
+    (start,) = run.commands(StartRay)
+    assert start.answer["certificate"] == CERTIFICATE and start.answer["resumed"] is True
+    assert run.times(SendHeartbeat) == [1000.0, 1030.0, 1060.0]
+    assert run.state.phase == lifecycle.WORKER and run.state.saved is None
+
+
+def test_a_resume_that_is_not_answered_is_tried_again_as_an_enrollment_is() -> None:
+    answers = iter([ResumeFailed("timed out"), ResumeAnswered(503, NOT_READY)])
+    run = Run(
+        World(resume=lambda now: next(answers, ResumeAnswered(200, RESUMED))), saved=dict(ANSWER)
+    ).run_until(30)
+    assert run.times(SendResume) == [0.0, 5.0, 10.0]
+    assert run.state.phase == lifecycle.WORKER and len(run.commands(ForgetIdentity)) == 1
+
+
+def test_a_deliberate_stop_while_resuming_keeps_the_saved_identity() -> None:
+    run = Run(
+        World(
+            resume=lambda now: ResumeFailed("timed out"),
+            report=lambda now: ReportDone(200, DELIBERATE),
+        ),
+        saved=dict(ANSWER),
+    )
+    run.at(12.0, Signalled("TERM")).run_until(60)
+    assert run.report().phase == "worker" and run.report().reason == "signal"
+    (kept,) = run.commands(SaveIdentity)
+    assert kept.identity["certificate"] == CERTIFICATE
+    assert run.commands(StopRay) == []  # Ray never started in this boot
+    assert run.commands(Exit) == [Exit(0)] and run.commands(DestroySelf) == []
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {k: v for k, v in ANSWER.items() if k != "certificate"},
+        {**ANSWER, "certificate": {**CERTIFICATE, "key_pem": ""}},
+        {k: v for k, v in ANSWER.items() if k != "heartbeat"},
+        {**ANSWER, "record_id": ""},
+    ],
+)
+def test_a_saved_identity_a_resume_cannot_use_is_not_used(broken: dict[str, Any]) -> None:
+    run = Run(saved=broken).run_until(10)
+    assert run.commands(SendResume) == [] and run.times(SendEnroll) == [0.0]
+
+
+def test_signals_while_keeping_the_disk_change_nothing() -> None:
+    saves: list[float] = []
+
+    def slow_save(now: float) -> Event | None:
+        saves.append(now)
+        return None  # the driver has not answered yet
+
+    run = term_at_100(lambda now: ReportDone(200, DELIBERATE), save=slow_save)
+    assert run.state.phase == lifecycle.KEEPING
+    run.feed(Signalled("SIGTERM"))
+    run.feed(RayExited(0))
+    assert run.state.phase == lifecycle.KEEPING and saves == [100.0]
+    run.feed(IdentitySaved(True))
+    assert run.state.phase == lifecycle.STOPPED and run.commands(Exit) == [Exit(0)]
+    assert run.commands(DestroySelf) == []

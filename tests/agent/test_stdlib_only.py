@@ -17,7 +17,7 @@ import pytest
 from reconciler.head.agentsource import AgentBundle
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ["bootloader", "config", "cores", "ending", "lifecycle", "main", "messages",
+MODULES = ["bootloader", "config", "cores", "ending", "identity", "lifecycle", "main", "messages",
            "raynode", "rayversion", "sampling", "transport", "watchdog"]  # fmt: skip
 
 PROBE = """

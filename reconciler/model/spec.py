@@ -132,6 +132,7 @@ class Watchdogs:
     report_wait_seconds: int
     self_destroy_retry_seconds: int
     bootloader_give_up_seconds: int
+    start_limit_seconds: int = 300
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ def run(records: Iterable[InstanceRecord], specs: Specs, *, lineage: str, now: f
     result = NetResult()
     for record in serving_workers(records):
         spec = specs.get(record.cluster)
-        last = record.self_report_at or record.enrolled_at
+        last = last_heard(record)
         if spec is None or last is None:
             continue
         limit = spec.watchdogs.went_silent_after_seconds
@@ -40,3 +40,14 @@ def run(records: Iterable[InstanceRecord], specs: Specs, *, lineage: str, now: f
             )
         )
     return result
+
+
+def last_heard(record: InstanceRecord) -> float | None:
+    """Where the silence is counted from: the worker's last report (its enrollment before one),
+    or the head's start of it after a deliberate stop, whichever is later (a worker that was
+    stopped has been silent all the while: its clock starts again when it is started)."""
+    last = record.self_report_at or record.enrolled_at
+    start = record.start_requested_at
+    if last is None or start is None:
+        return last
+    return max(last, start)

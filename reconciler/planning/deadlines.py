@@ -20,7 +20,8 @@ from reconciler.model.records import (
     Role,
 )
 from reconciler.model.spec import ClusterSpec
-from reconciler.nets import candidate_limits
+from reconciler.nets import candidate_limits, went_silent
+from reconciler.planning import lifecycle
 
 
 def next_listing(
@@ -46,6 +47,9 @@ def _deadlines(
         limit = candidate_limits.deadline(record, spec)
         if limit is not None:
             yield limit
+        start = lifecycle.start_deadline(record, spec)
+        if start is not None:
+            yield start
         if record.intent is not Intent.RUNNING and record.retry_at is not None:
             yield record.retry_at
         if record.phase is Phase.DESTROYING and record.ended_at is not None:
@@ -74,7 +78,7 @@ def net_deadlines(instances: Iterable[InstanceRecord], spec: ClusterSpec) -> dic
         if r.cluster != spec.name or not r.live or r.intent is Intent.DESTROYED:
             continue
         if r.intent is Intent.RUNNING and r.role is Role.WORKER:
-            last = r.self_report_at or r.enrolled_at
+            last = went_silent.last_heard(r)
             if not r.exempt and last is not None:
                 at("went_silent", last + w.went_silent_after_seconds)
             heard = [t for t in (r.provider_ok_at, r.probe_ok_at, r.self_report_at) if t]

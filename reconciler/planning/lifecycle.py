@@ -3,19 +3,31 @@
 A detection becomes actions through the routing table only (DESIGN.md rule 8); a destroy that
 failed earlier left its record `destroying`, and it is finished here rather than forgotten; a
 machine is restarted only when its recorded intent is running (rule 3).
+
+A deliberate stop keeps the disk (DESIGN.md 10), so demand that returns before the destroy timer
+starts a stopped worker again rather than renting (`start_for_demand`): its intent goes back to
+running in the plan's records, before the call to vast, and that is what lets its agent resume
+with its kept certificate. A start that vast cannot carry out (it keeps the instance in
+`scheduling` while another rental holds its GPU) is given `start_limit_seconds`; then it is
+destroyed and, the worker being gone, the planner rents a replacement (`end_stuck_starts`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from reconciler.model import records
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind
-from reconciler.model.records import InstanceRecord, Intent, Phase
+from reconciler.model.records import InstanceRecord, Intent, Phase, Role
 from reconciler.model.routing import route
-from reconciler.model.spec import ClusterSpec
+from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.nets.detection import Detection
+from reconciler.nets.reaper import Gate, refusal
 from reconciler.planning.draft import Draft
+from reconciler.planning.offers import Budget
+
+START_STUCK = "start_stuck"
 
 
 def apply_detections(draft: Draft, detections: Iterable[Detection], spec: ClusterSpec) -> None:
@@ -96,7 +108,7 @@ def _finish(
             record,
             phase=Phase.DESTROYED,
             intent=Intent.DESTROYED,
-            ended_at=draft.now,
+            ended_at=records.vanished_at(record, draft.now),
             ended_reason=record.ended_reason or ended,
             retry_at=None,
         )
@@ -138,3 +150,128 @@ def restart_stopped(draft: Draft, cluster: str) -> None:
                     dph_delta=record.dph_total - record.storage_dph,
                 )
             )
+
+
+def resumable(record: InstanceRecord) -> bool:
+    """A worker stopped deliberately that a start brings back as it was: its agent kept its
+    identity (the head answered its stop as deliberate), or it has no agent (an exempt class,
+    whose container simply starts again)."""
+    return (
+        record.live
+        and record.role is Role.WORKER
+        and record.intent is Intent.STOPPED
+        and record.vast_id is not None
+        and (record.exempt or record.stopped_deliberately_at is not None)
+    )
+
+
+def start_for_demand(
+    draft: Draft, spec: ClusterSpec, node_type: NodeType, wanted: int, budget: Budget
+) -> int:
+    """Start up to `wanted` of the node type's stopped workers (the most recently stopped first:
+    the least storage paid, the freshest disk) and say how many of the shortfall they cover.
+    One whose stop vast has not confirmed yet covers its share without a call (it is started
+    at a later plan, once stopped), so demand that returns during a stop rents nothing."""
+    if wanted <= 0:
+        return 0
+    stopped = sorted(
+        (
+            r
+            for r in draft.instances.values()
+            if r.cluster == spec.name
+            and r.node_type == node_type.name
+            and r.id not in draft.doomed
+            and r.managed_by == draft.lineage
+            and resumable(r)
+        ),
+        key=lambda r: (r.stopped_deliberately_at or 0.0, r.id),
+        reverse=True,
+    )
+    covered = 0
+    for record in stopped:
+        if covered >= wanted:
+            break
+        if record.phase is Phase.STOPPING:
+            covered += 1
+            continue
+        if record.phase is not Phase.STOPPED:
+            continue
+        extra = record.dph_total - record.storage_dph
+        if not budget.fits(extra):
+            draft.notes.append(
+                f"{spec.name}/{node_type.name}: {record.id} stays stopped: starting it would "
+                f"take the cluster to ${budget.spent + extra:.2f}/h, over the cap "
+                f"${budget.cap:.2f}/h"
+            )
+            continue
+        budget.spent += extra
+        covered += 1
+        draft.update(
+            record,
+            intent=Intent.RUNNING,
+            start_requested_at=draft.now,
+            stop_due_at=None,
+            destroy_due_at=None,
+            call_attempts=0,
+            retry_at=None,
+        )
+        draft.add(
+            Action(
+                ActionKind.START,
+                spec.name,
+                "resume",
+                "demand returned before the destroy timer: started again with its disk "
+                "(no new rental, no pull)",
+                node_type=record.node_type,
+                record=record.id,
+                vast_id=record.vast_id,
+                request=record.request_id,
+                label=record.label,
+                host_id=record.host_id,
+                dph_delta=extra,
+            )
+        )
+    return covered
+
+
+def end_stuck_starts(draft: Draft, spec: ClusterSpec, listing: Mapping[int, Instance]) -> None:
+    """A start vast has not got running within `start_limit_seconds` (its GPU was taken
+    meanwhile: vast says `scheduling`) ends the machine; the planner then rents a replacement,
+    the worker being gone."""
+    limit = spec.watchdogs.start_limit_seconds
+    found = []
+    for record in list(draft.instances.values()):
+        if (
+            record.exempt
+            and record.start_requested_at is not None
+            and record.phase in (Phase.RUNNING, Phase.ENROLLED, Phase.SERVING)
+        ):
+            # no agent resumes it: running is as far as the start can be seen to get
+            draft.update(record, start_requested_at=None)
+            continue
+        due = start_deadline(record, spec)
+        if record.cluster != spec.name or due is None or draft.now < due:
+            continue
+        if refusal(record, lineage=draft.lineage, now=draft.now, gate=Gate()) is not None:
+            continue
+        seen = listing.get(record.vast_id) if record.vast_id is not None else None
+        status = (seen.actual_status if seen is not None else None) or "not listed"
+        since = draft.now - (record.start_requested_at or draft.now)
+        detail = f"started {since:.0f}s ago and vast still says {status} (limit {limit}s)"
+        if seen is not None and seen.status_msg:
+            detail += f": {seen.status_msg}"
+        found.append(Detection(record.id, START_STUCK, detail, record.vast_id))
+    apply_detections(draft, found, spec)
+
+
+def start_deadline(record: InstanceRecord, spec: ClusterSpec) -> float | None:
+    """When a start of this record is stuck (None: no start is waiting for vast). The
+    controller lists then, so the limit fires within seconds of its threshold."""
+    if (
+        not record.live
+        or record.intent is not Intent.RUNNING
+        or record.start_requested_at is None
+        or record.phase not in (Phase.PULLING, Phase.STOPPED)
+    ):
+        return None
+    return record.start_requested_at + spec.watchdogs.start_limit_seconds

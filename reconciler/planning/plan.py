@@ -152,6 +152,7 @@ def _plan_cluster(
     )
     lifecycle.apply_detections(draft, detections, spec)
     lifecycle.finish_unfinished(draft, spec.name, by_id, spec)
+    lifecycle.end_stuck_starts(draft, spec, by_id)
     scaling.settle_requests(draft, spec)
     lifecycle.restart_stopped(draft, spec.name)
     budget = Budget(spent=before + _delta(draft, spec.name), cap=spec.max_dollars_per_hour)

@@ -38,7 +38,7 @@ from reconciler.nets.detection import Detection
 from reconciler.nets.reaper import Gate, refusal
 from reconciler.planning import offers as offer_picking
 from reconciler.planning.draft import Draft
-from reconciler.planning.lifecycle import apply_detections
+from reconciler.planning.lifecycle import apply_detections, start_for_demand
 
 
 def live_of(draft: Draft, cluster: str, node_type: str) -> list[InstanceRecord]:
@@ -273,15 +273,18 @@ def scale(
     if len(workers) > node_type.max_workers:
         _scale_down(draft, workers, len(workers) - node_type.max_workers)
         return
+    requests = _open_requests(draft.requests, spec.name, node_type.name)
+    trying = sum(len(r.open_slots) for r in requests)
+    # a worker stopped deliberately comes back before anything is rented (DESIGN.md 10)
+    started = start_for_demand(draft, spec, node_type, wanted - len(workers) - trying, budget)
     if _halted(draft, spec, node_type):
         return
     paused = draft.breaker(spec.name, node_type.name).paused_until
     if paused is not None and paused > draft.now:
         draft.notes.append(f"{spec.name}/{node_type.name}: launches paused by the breaker")
         return
-    requests = _open_requests(draft.requests, spec.name, node_type.name)
-    trying = sum(len(r.open_slots) for r in requests)
-    slots = headroom(draft, spec, node_type.name, wanted - len(workers) - trying, trying)
+    short = wanted - len(workers) - trying - started
+    slots = headroom(draft, spec, node_type.name, short, trying)
     if slots > 0:
         requests.append(_place(draft, spec, node_type, slots))
     index = RequestIndex.of(draft, spec.name)

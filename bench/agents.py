@@ -5,18 +5,23 @@ runs our bootloader gets an `AgentBehaviour` (a `vastsim.Behaviour`) that drives
 `agent.lifecycle.step` on the simulator's clock, exactly as `agent.watchdog` drives it on the real
 one, and carries out its commands against the real counterparts, in-process:
 
-    SendEnroll / SendHeartbeat / SendReport   the cluster's `HeadApp` (bytes in, `Answer` out):
-                                              the real schemas, decisions, records lock, ledger;
-                                              the heartbeat presents the DER of the certificate
-                                              the enrollment answer issued; each call names the
-                                              container's address (its boot's `PUBLIC_IPADDR`)
-                                              as the peer the head sees
+    SendEnroll / SendResume / SendHeartbeat   the cluster's `HeadApp` (bytes in, `Answer` out):
+    / SendReport                              the real schemas, decisions, records lock, ledger;
+                                              the heartbeat (and a resume) presents the DER of
+                                              the certificate the enrollment answer issued; each
+                                              call names the container's address (its boot's
+                                              `PUBLIC_IPADDR`) as the peer the head sees
     StartRay / StopRay                        a simulated Ray node (`agent.raynode.ray_plan` still
                                               reads the answer's Ray section)
     DestroySelf                               vast's API, `DELETE /api/v0/instances/<own id>/`
                                               with the container's own CONTAINER_API_KEY
                                               (`vastsim.InProcessTransport`), read by
                                               `agent.ending.destroy_outcome`
+    SaveIdentity / ForgetIdentity             the instance's disk (`AgentWorld.disks`): kept
+                                              across its boots, gone with the instance
+    Exit                                      PID 1 exits (`Container.exit`): during vast's
+                                              stop, the stop is done; otherwise vast starts
+                                              the container again, as it does
 
 The settings come from the container's environment (`agent.config.Settings.from_env`), which the
 real launcher wrote into the create request (join token, CA, head address, thresholds).
@@ -74,8 +79,11 @@ from agent.lifecycle import (
     Event,
     HeartbeatAnswered,
     HeartbeatFailed,
+    IdentitySaved,
     RayExited,
     ReportDone,
+    ResumeAnswered,
+    ResumeFailed,
     Signalled,
     Started,
     Tick,
@@ -137,7 +145,7 @@ class Route:
     """Where one URL of a head goes, in-process."""
 
     app: HeadApp
-    endpoint: str  # enroll, report, heartbeat
+    endpoint: str  # enroll, report, heartbeat, resume
 
 
 class AgentWorld:
@@ -154,10 +162,15 @@ class AgentWorld:
         self.next_fault: Callable[[int], ContainerFault] = lambda vast_id: HEALTHY
         self.working: Callable[[float], bool] = lambda now: True
         self.on_enrolled: Callable[[int, float], None] = lambda vast_id, now: None
+        # a boot that resumed after a deliberate stop (the head started its instance again)
+        self.on_resumed: Callable[[int, float], None] = lambda vast_id, now: None
         # The Ray and Python each image runs Ray with (None: the agent cannot tell).
         self.images: dict[str, RayVersions] = {}
         self.default_image: RayVersions | None = None
         self.boots: dict[int, list[AgentBehaviour]] = {}
+        # What each instance's disk keeps across its boots: the identity a deliberate stop saved
+        # (`agent.identity` on a real container), by vast id; a destroy takes it away.
+        self.disks: dict[int, dict[str, Any]] = {}
         self._busy = 0
 
     def attach(self, sim: Sim) -> None:
@@ -168,12 +181,15 @@ class AgentWorld:
         enroll = app.endpoints.enroll_url
         beat = urlsplit(app.endpoints.heartbeat_url)
         beat_base = f"{beat.scheme}://{beat.netloc}"
-        for key in ((enroll, "/enroll"), (enroll, "/report"), (beat_base, beat.path)):
+        resume = urlsplit(messages.resume_url(app.endpoints.heartbeat_url)).path
+        keys = ((enroll, "/enroll"), (enroll, "/report"), (beat_base, beat.path))
+        for key in (*keys, (beat_base, resume)):
             if key in self.routes:
                 raise ValueError(f"two heads at {key[0]}{key[1]}")
         self.routes[(enroll, "/enroll")] = Route(app, "enroll")
         self.routes[(enroll, "/report")] = Route(app, "report")
         self.routes[(beat_base, beat.path)] = Route(app, "heartbeat")
+        self.routes[(beat_base, resume)] = Route(app, "resume")
 
     # --- faults and work -------------------------------------------------------------------
 
@@ -265,6 +281,8 @@ class AgentBehaviour(Behaviour):
         self.started_at: float | None = None
         self.stopped_at: float | None = None  # docker stop's TERM
         self.enrolled_at: float | None = None
+        self.resumed_at: float | None = None
+        self.exited_at: float | None = None  # PID 1 exited by itself (a deliberate stop)
         self.ray_since: float | None = None
         self.ray_gone_at: float | None = None
         # (when, what was sent or done, the answer's status or None)
@@ -332,7 +350,10 @@ class AgentBehaviour(Behaviour):
             self._push(Started(self._cpus(), gpus), now)
         self.settings = settings
         timings = lifecycle.Timings.of(settings)
-        self.state = lifecycle.initial(timings, started=now, record_id=settings.record_id)
+        saved = self.world.disks.get(self.vast_id)
+        self.state = lifecycle.initial(
+            timings, started=now, record_id=settings.record_id, saved=saved
+        )
         self._log(now, f"agent on vastsim, boot {self.boot_id} of instance {self.vast_id}")
 
     def on_signal(self, container: Container, sig: int, now: float) -> None:
@@ -349,6 +370,7 @@ class AgentBehaviour(Behaviour):
 
     def on_destroy(self, container: Container, now: float) -> None:
         self.alive = False
+        self.world.disks.pop(self.vast_id, None)
         if self._vast is not None:
             self._vast.close()
             self._vast = None
@@ -437,6 +459,26 @@ class AgentBehaviour(Behaviour):
         elif isinstance(command, lifecycle.DestroySelf):
             self._push(self._destroy(now), now)
         else:
+            self._execute_disk(command, now)
+
+    def _execute_disk(self, command: Command, now: float) -> None:
+        """A resume, and what a deliberate stop does: the identity kept or forgotten on the
+        instance's disk, PID 1's exit."""
+        if isinstance(command, lifecycle.SendResume):
+            self._push(self._resume(now), now)
+        elif isinstance(command, lifecycle.SaveIdentity):
+            self.world.disks[self.vast_id] = dict(command.identity)
+            self._log(now, "identity kept on the instance's disk")
+            self._push(IdentitySaved(True), now)
+        elif isinstance(command, lifecycle.ForgetIdentity):
+            self.world.disks.pop(self.vast_id, None)
+        elif isinstance(command, lifecycle.Exit):
+            self._log(now, f"PID 1 exits ({command.code}) without destroying")
+            self.alive = False
+            self.exited_at = now
+            if self.container is not None:
+                self.container.exit(command.code)
+        else:
             raise TypeError(f"not an agent command: {command!r}")
 
     # --- the head, in-process --------------------------------------------------------------
@@ -459,6 +501,28 @@ class AgentBehaviour(Behaviour):
             self.enrolled_at = now
             self.world.on_enrolled(self.vast_id, now)
         return EnrollAnswered(status, doc)
+
+    def _resume(self, now: float) -> Event:
+        settings, state = self._ready()
+        saved = state.saved or {}
+        body = messages.resume_body(
+            settings,
+            record_id=state.record_id,
+            boot_id=self.boot_id,
+            cpus=state.cpus,
+            cpu_source="vastsim",
+            gpus=state.gpus,
+            runtime=self.world.runtime(self.spec),
+        )
+        self._cert_der = ssl.PEM_cert_to_DER_cert(saved["certificate"]["cert_pem"])
+        answer = self._post(messages.resume_url(str(saved["heartbeat"]["url"])), body, now)
+        if isinstance(answer, str):
+            return ResumeFailed(answer)
+        status, doc = answer
+        if status == 200 and isinstance(doc, dict):
+            self.resumed_at = now
+            self.world.on_resumed(self.vast_id, now)
+        return ResumeAnswered(status, doc)
 
     def _start_ray(self, command: lifecycle.StartRay, now: float) -> None:
         settings, _ = self._ready()
@@ -553,10 +617,13 @@ class AgentBehaviour(Behaviour):
             return f"{url}: {REFUSED}"
         data = json.dumps(body).encode()
         peer = self.spec.public_ip  # where the head sees the container's traffic come from
-        if route.endpoint == "heartbeat":
+        if route.endpoint in ("heartbeat", "resume"):
             if fault.heartbeats_blocked is not None and fault.heartbeats_blocked.covers(now):
                 return f"{url}: {REFUSED}"
-            answer = route.app.heartbeat(self._cert_der, data, peer=peer)
+            if route.endpoint == "resume":
+                answer = route.app.resume(self._cert_der, data, peer=peer)
+            else:
+                answer = route.app.heartbeat(self._cert_der, data, peer=peer)
         elif route.endpoint == "enroll":
             answer = route.app.enroll(data, peer=peer)
         else:

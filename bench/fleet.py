@@ -26,10 +26,11 @@ the k-th fate), and orphans appear at seeded times:
   it. Every rental that does not fail ends its job this way; the `idle` fate has short jobs
   (minutes to an hour), `healthy` long ones (hours). Jobs have short quiet gaps, shorter than the
   stop timer, so clearing the money chain's timers is exercised all along. The money chain's
-  stop is TERM to the agent, which reports and destroys its instance at once (the seed's TERM
-  row; a stop that keeps the disk is issue 16), so an idle worker bills no storage after its
-  stop and the floor below, which prices storage until the destroy timer, is generous to every
-  policy with a money chain.
+  stop keeps the disk (DESIGN.md 10): the worker bills storage until the destroy timer, unless
+  Ray's demand comes back first, when the planner starts it again instead of renting. A worker
+  started again takes the work whose demand started it: its instance begins a new stint, with a
+  job drawn as a working rental's (`idle` or `healthy`, by the mix, from its own stream); each
+  stint is accounted on its own, the last one from its failure to its instance's next start.
 
 Per failure class: the dollars vastsim's meter billed after the failure began (from the instance's
 meter segments, to the run's end), the detection latency (failure start -> the instance's first
@@ -148,6 +149,9 @@ class Config:
     gap_seconds: tuple[float, float]  # ... shorter than the stop timer: they must end nothing
     machines: int
     step: float = 30.0  # seconds between agent actions and controller ticks (the 30 s cadence)
+    # the fates of the first rentals, in order, before the mix draws the rest (the quick run's:
+    # every failure class at least once, however few rentals the policy makes)
+    first_fates: tuple[Fate, ...] = ()
 
     @property
     def horizon(self) -> float:
@@ -191,6 +195,7 @@ QUICK = dataclasses.replace(
     long_job_hours=(1.0, 3.0),
     fail_after_hours=(0.1, 1.0),
     machines=120,
+    first_fates=(Fate.STALL, Fate.BOOT, Fate.DIES, Fate.NET_DROP, Fate.IDLE),
 )
 
 
@@ -216,6 +221,8 @@ def story(config: Config, rank: int) -> Story:
     r = rng(config, "rental", rank)
     fates = sorted(config.mix)
     fate = r.choices(fates, weights=[config.mix[f] for f in fates])[0]
+    if rank < len(config.first_fates):
+        fate = config.first_fates[rank]
     fail_after = r.uniform(*config.fail_after_hours) * H
     job = math.inf  # a dying rental is busy until its failure
     if fate is Fate.IDLE:
@@ -223,6 +230,17 @@ def story(config: Config, rank: int) -> Story:
     elif fate is Fate.HEALTHY:
         job = r.uniform(*config.long_job_hours) * H
     return Story(fate, fail_after, job, _gaps(config, r, min(job, config.hours * H)))
+
+
+def resumed_story(config: Config, vast_id: int, stint: int) -> Story:
+    """The work a worker started again for demand takes on: a working rental's job (`idle` or
+    `healthy`, weighted as the mix weighs them), from a stream of its own."""
+    r = rng(config, "resumed", vast_id, stint)
+    fates = sorted(WORKING_FATES)
+    fate = r.choices(fates, weights=[config.mix.get(f, 0.0) for f in fates])[0]
+    hours = config.job_hours if fate is Fate.IDLE else config.long_job_hours
+    job = r.uniform(*hours) * H
+    return Story(fate, 0.0, job, _gaps(config, r, min(job, config.hours * H)))
 
 
 def _gaps(config: Config, r: random.Random, until: float) -> tuple[tuple[float, float], ...]:
@@ -325,6 +343,8 @@ class Tracked:
     failed_at: float | None = None  # the failure began (an idle one: its job ended)
     earliest: float | None = None  # the earliest end the default spec's window allows
     stall_cleared: bool = False
+    until: float | None = None  # the stint ended: the instance was started again for new work
+    stint: int = 0  # 0: the rental's own; n: the n-th start after a deliberate stop
 
     def in_job(self, now: float) -> bool:
         """Enrolled, not failed, job not over (short quiet gaps are part of the job)."""
@@ -349,7 +369,8 @@ class Scenario:
     fleet: Fleet
     windows: Watchdogs  # the default spec's thresholds: the floor's windows
     pull_limit: float
-    tracked: dict[int, Tracked] = field(default_factory=dict)
+    tracked: dict[int, Tracked] = field(default_factory=dict)  # each instance's current stint
+    past: list[Tracked] = field(default_factory=list)  # stints that ended with a start
     rentals: int = 0
     due: list[tuple[float, int, str, int]] = field(default_factory=list)  # (at, seq, what, id)
     watching: set[int] = field(default_factory=set)  # stalls and failed start-ups in progress
@@ -360,6 +381,7 @@ class Scenario:
         self.fleet.signals.demand_at = lambda now: {(CLUSTER, NODE_TYPE): demand_at(curve, now)}
         self.fleet.agents.next_fault = self._fault
         self.fleet.agents.on_enrolled = self._enrolled
+        self.fleet.agents.on_resumed = self._resumed
         for k, at in enumerate(orphan_times(self.config)):
             self._schedule(at, "orphan", k)
 
@@ -396,6 +418,25 @@ class Scenario:
         t = self.tracked.get(vast_id)
         if t is None or t.enrolled_at is not None:
             return
+        self._begin(t, now)
+
+    def _resumed(self, vast_id: int, now: float) -> None:
+        """A worker started again after a deliberate stop: its stint ends, a new one begins
+        with the work that brought it back."""
+        t = self.tracked.get(vast_id)
+        if t is None:
+            return
+        t.until = now
+        self.past.append(t)
+        stint = t.stint + 1
+        fresh = Tracked(vast_id, resumed_story(self.config, vast_id, stint), now, stint=stint)
+        self.tracked[vast_id] = fresh
+        self._begin(fresh, now)
+
+    def _begin(self, t: Tracked, now: float) -> None:
+        """Its job starts (at enrollment, or at a resume): its failure or its job's end is
+        scheduled."""
+        vast_id = t.vast_id
         t.enrolled_at = now
         if t.story.fate in (Fate.DIES, Fate.NET_DROP):
             self._schedule(now + t.story.fail_after, t.story.fate.value, vast_id)
@@ -445,6 +486,12 @@ class Scenario:
         t = self.tracked[ident]
         if ident not in self.fleet.sim.instances or t.failed_at is not None:
             return  # ended before its failure began
+        if (
+            what == Fate.IDLE.value
+            and t.enrolled_at is not None
+            and t.enrolled_at + t.story.job > now
+        ):
+            return  # a past stint's job end: this stint's job goes on
         if now > self.config.horizon:
             return  # too late to be fair to every policy: it stays healthy
         t.failed_at = now
@@ -565,26 +612,28 @@ def account(config: Config, scenario: Scenario) -> list[Outcome]:
     records = scenario.fleet.controller.records()
     live = {r.vast_id for r in records.instances.values() if r.live and r.vast_id is not None}
     tail = scenario.windows.idle_destroy_after_seconds - scenario.windows.idle_stop_after_seconds
+    stints = [*scenario.past, *scenario.tracked.values()]
     return [
         _outcome(config, t, scenario.fleet.sim.meter.segments(t.vast_id), t.vast_id in live, tail)
-        for t in sorted(scenario.tracked.values(), key=lambda t: t.vast_id)
+        for t in sorted(stints, key=lambda t: (t.vast_id, t.stint))
     ]
 
 
 def _outcome(
     config: Config, t: Tracked, segments: Sequence[Segment], recorded: bool, tail: float
 ) -> Outcome:
-    worked = _worked(t, segments, config.end)
+    stop = config.end if t.until is None else min(config.end, t.until)
+    worked = _worked(t, segments, stop)
     if t.failed_at is None:
         first = ended_at(segments, t.created_at)
-        false = first is not None and first <= config.end and not _allowed_end(t, first)
+        false = first is not None and first <= stop and not _allowed_end(t, first)
         return Outcome(
             Fate.HEALTHY, t.vast_id, None, first, 0.0, 0.0, worked, false, False, recorded
         )
     end = ended_at(segments, t.failed_at)
-    if end is not None and end > config.end:
+    if end is not None and end > stop:
         end = None
-    wasted = cost(segments, t.failed_at, config.end)
+    wasted = cost(segments, t.failed_at, stop)
     floor = min(wasted, _floor(t, segments, end, tail))
     fate = Fate.IDLE if t.story.fate in WORKING_FATES else t.story.fate
     return Outcome(

@@ -2,6 +2,8 @@
 
     create -> null -> created -> loading (image pull unless cached) -> running
     stop -> stopped            start -> loading -> running, or scheduling while the GPUs are taken
+                               (a start pulls nothing: the image is on the instance's disk; the
+                               meter bills storage only until it runs again)
     reboot -> rebooting -> running (the container restarts: a new boot)
     recycle -> recycling -> loading (fresh pull) -> running
     destroy -> gone (show answers null at once; the listing may keep the row for a lag)
@@ -427,11 +429,15 @@ class Fleet:
             self._at(now + self.timing.create, inst, self._to_loading)
 
     def _to_loading(self, inst: Instance, now: float, *, fresh: bool = False) -> None:
-        """Pull (unless the host holds the image and `fresh` is not asked) and start."""
+        """Pull (unless the image is there and `fresh` is not asked) and start. The image is
+        there when the host holds it, and always for an instance that has run before: a
+        stopped instance keeps its disk, and the container on it, so a start pulls nothing
+        even after the host dropped the image from its cache."""
         self._stop_container(inst, now)
         machine = inst.machine
         wait = self.timing.container_start
-        if inst.image in machine.cache and not fresh:
+        on_disk = inst.first_running_at is not None
+        if (inst.image in machine.cache or on_disk) and not fresh:
             message = f"Status: Image is up to date for {inst.image}"
         else:
             wait += self.market.image_size_gb(inst.image) * 1000.0 / machine.pull_speed_mbps

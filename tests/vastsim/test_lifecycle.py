@@ -85,6 +85,34 @@ def test_stop_start_and_states(client: httpx.Client, sim: Sim) -> None:
     assert status(client, instance_id) == "running"
 
 
+def test_a_start_pulls_nothing_and_a_stopped_instance_bills_storage_only(
+    client: httpx.Client, sim: Sim
+) -> None:
+    instance_id = rent(client, 3)["new_contract"]  # machine 3 has no cached image: a 20 s pull
+    sim.advance(40)
+    assert status(client, instance_id) == "running"
+    inst = sim.instance(instance_id)
+    assert inst is not None
+    inst.machine.cache.clear()  # the host drops the image; the instance's disk still has it
+    client.put(f"/api/v0/instances/{instance_id}/", json={"state": "stopped"})
+    stopped_at = sim.clock.now()
+    sim.advance(600)
+    assert sim.meter.rate(instance_id) == inst.storage_dph
+    client.put(f"/api/v0/instances/{instance_id}/", json={"state": "running"})
+    started_at = sim.clock.now()
+    row = show(client, instance_id)
+    assert row is not None and row["actual_status"] == "loading"
+    assert "up to date" in row["status_msg"]
+    sim.advance(TIMING.container_start)  # the container starts: no pull
+    assert status(client, instance_id) == "running"
+    assert sim.meter.rate(instance_id) == inst.dph_total
+    billed = [(s.start, s.end, s.rate, s.status) for s in sim.meter.segments(instance_id)]
+    assert (stopped_at, started_at, inst.storage_dph, "stopped") in billed
+    end = started_at + TIMING.container_start
+    assert (started_at, end, inst.storage_dph, "loading") in billed
+    assert billed[-1] == (end, None, inst.dph_total, "running")
+
+
 def test_start_waits_in_scheduling_while_someone_else_has_the_gpu(
     client: httpx.Client, sim: Sim
 ) -> None:

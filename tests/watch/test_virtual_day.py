@@ -16,9 +16,10 @@ boundary or by vastsim. The day, in virtual hours:
   and ended when its own report has been silent past the went-silent threshold.
 - 7h: an instance with our label but no record appears at vast: the orphan sweep ends it.
 - 9h: the demand stops: the idle workers are stopped first (the money chain's reversible step).
-  A vast stop is TERM to PID 1, and the agent answers every TERM as the seed says: it reports
-  `signal` and destroys its own instance within docker's stop grace, so the chain's destroy
-  step has nothing left to do. (A deliberate stop that keeps the disk is issue 16.)
+  A vast stop is TERM to PID 1, and the agent reports `signal` first, as for every TERM; the
+  head's answer says the stop was its own ("deliberate stop", DESIGN.md 10), so the agent keeps
+  its disk and PID 1 exits within docker's stop grace: vast bills storage only. No demand comes
+  back, and at the destroy timer the chain destroys them.
 
 Each failed machine must be ended by the expected net (or by its own agent) within its window;
 healthy ones only after the demand stopped; the ledger must tell each story.
@@ -303,10 +304,14 @@ def test_no_healthy_machine_was_ended_before_the_idle_period(day: Day) -> None:
         assert not any(r["data"]["reason"] != "signal" for r in _reports(day, vast_id))  # type: ignore[index]
 
 
-def test_idle_workers_were_stopped_and_their_agents_answered_the_stops_term(day: Day) -> None:
-    """The money chain stops first; the stop is TERM to PID 1, which the agent answers as every
-    TERM: it reports `signal` (the head dooms the record) and destroys its own instance within
-    docker's stop grace. The chain's destroy step then has nothing to do."""
+def test_idle_workers_were_stopped_keeping_their_disks_then_destroyed_by_the_chain(
+    day: Day,
+) -> None:
+    """The money chain stops first; the stop is TERM to PID 1, which the agent reports as every
+    TERM, and the head answers "deliberate stop": the agent keeps its disk and exits within
+    docker's stop grace (no self-destroy), vast bills storage only, and the chain's destroy step
+    ends the instance at its timer (the head's call)."""
+    w = day.fleet.controller.specs["day"].watchdogs
     stops = {
         e["instance"]: float(e["time"])  # type: ignore[arg-type]
         for e in day.ledger
@@ -315,16 +320,28 @@ def test_idle_workers_were_stopped_and_their_agents_answered_the_stops_term(day:
     assert stops, "nothing was stopped in the idle period"
     for instance, stopped in stops.items():
         assert isinstance(instance, int)
-        (report,) = _reports(day, instance)
-        assert report["data"]["reason"] == "signal" and report["data"]["trusted"] is True  # type: ignore[index]
-        assert "SIGTERM to PID 1" in str(report["message"])
-        assert stopped <= float(report["time"]) <= stopped + DOCKER_GRACE  # type: ignore[arg-type]
+        assert _reports(day, instance) == []  # no ending: the report was of a deliberate stop
+        (kept,) = [
+            e for e in day.ledger if e["instance"] == instance and e["class"] == "deliberate_stop"
+        ]
+        assert kept["data"]["reason"] == "signal" and kept["data"]["trusted"] is True  # type: ignore[index]
+        assert stopped <= float(kept["time"]) <= stopped + DOCKER_GRACE  # type: ignore[arg-type]
+        agent = day.fleet.agent(instance)
+        assert agent is not None and agent.phase == "stopped" and agent.destroys == []
+        assert agent.exited_at is not None and agent.exited_at <= stopped + DOCKER_GRACE
         ended = _ended_at(day, instance)
-        assert ended is not None and stopped <= ended <= stopped + DOCKER_GRACE
+        wait = w.idle_destroy_after_seconds - w.idle_stop_after_seconds
+        assert ended is not None and stopped + wait - 60 <= ended <= stopped + wait + 60
+        meter = day.fleet.sim.meter
+        storage = [s for s in meter.segments(instance) if s.start >= stopped and s.start < ended]
+        assert storage and {s.status for s in storage} == {"stopped"}
         path = f"/api/v0/instances/{instance}/"
         deletes = [r for r in day.fleet.sim.requests if r.method == "DELETE" and r.path == path]
-        assert [d.identity for d in deletes] == ["instance"]
-    assert not [e for e in day.ledger if e["class"] == "idle_destroy" and e["kind"] == "call"]
+        assert [d.identity for d in deletes] == ["account"]  # the head's destroy, not the agent's
+    destroys = {
+        e["instance"] for e in day.ledger if e["class"] == "idle_destroy" and e["kind"] == "call"
+    }
+    assert destroys == set(stops)
 
 
 def test_nothing_bills_at_the_end_and_every_instance_has_a_story(day: Day) -> None:

@@ -40,6 +40,9 @@ from reconciler.model.records import (
     Records,
     Role,
     retry_delay,
+    started_from,
+    stopped_from,
+    vanished_at,
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import offers as offer_picking
@@ -182,21 +185,38 @@ class Executor:
                     self._change(record.id, intent=Intent.DESTROYED, phase=Phase.DESTROYING)
             self._log_decision(action)
             vast_id = action.vast_id if action.vast_id is not None else self._find(record)
+            gone_before = False
             if vast_id is not None:
                 self._log(action, LedgerKind.CALL, f"destroy instance {vast_id}")
-                self._call(record, lambda: self.provider.destroy_instance(vast_id))
+                answer = self._call(record, lambda: self.provider.destroy_instance(vast_id))
+                gone_before = answer is False  # vast had ended it already
             if record is not None:
+                now = self.now()
                 self._change(
                     record.id,
                     phase=Phase.DESTROYED,
-                    ended_at=self.now(),
+                    ended_at=vanished_at(record, now) if gone_before else now,
                     ended_reason=record.ended_reason or action.reason,
                     call_attempts=0,
                     retry_at=None,
                 )
-            self._log(action, LedgerKind.OUTCOME, f"instance {vast_id} destroyed", outcome="ok")
+            self._log(
+                action,
+                LedgerKind.OUTCOME,
+                f"instance {vast_id} destroyed",
+                outcome="ok",
+                extra=self._unrecorded_facts(record, vast_id),
+            )
         finally:
             self.inflight.release(key)
+
+    def _unrecorded_facts(
+        self, record: InstanceRecord | None, vast_id: int | None
+    ) -> dict[str, object]:
+        """What the ledger keeps of an instance no record answers for (an orphan), so that its
+        dollars are counted (`ray-vast cost`): when we first saw it billing."""
+        seen = self.records.unrecorded_seen.get(vast_id) if vast_id is not None else None
+        return {"first_seen": seen} if record is None and seen is not None else {}
 
     def _stop(self, action: Action) -> None:
         key = self._claim(action)
@@ -209,16 +229,19 @@ class Executor:
             vast_id = _require(record.vast_id)
             self._call(record, lambda: self.provider.stop_instance(vast_id))
             # vast has accepted it; the planner looks again later and sends it again if running
-            self._change(record.id, retry_at=self.now() + STOP_CONFIRM_SECONDS)
+            with self.journal.lock:
+                now = self.now()
+                billed = stopped_from(self.records.instances[record.id], now).stopped
+                self._change(record.id, retry_at=now + STOP_CONFIRM_SECONDS, stopped=billed)
             self._log(action, LedgerKind.OUTCOME, "stop requested", outcome="ok")
         finally:
             self.inflight.release(key)
 
-    def _call(self, record: InstanceRecord | None, call: Callable[[], object]) -> None:
+    def _call(self, record: InstanceRecord | None, call: Callable[[], T]) -> T:
         """A destroy or stop call; when it fails, the record keeps its transitional phase and
         notes when to try again (backoff), so the planner sends it again until vast confirms."""
         try:
-            self._vast(call)
+            return self._vast(call)
         except vast_errors.VastError:
             if record is not None:
                 with self.journal.lock:
@@ -246,7 +269,9 @@ class Executor:
             self._log(action, LedgerKind.CALL, f"start instance {record.vast_id}")
             vast_id = _require(record.vast_id)
             self._vast(lambda: self.provider.start_instance(vast_id))
-            self._change(record.id, phase=Phase.PULLING)
+            with self.journal.lock:
+                billed = started_from(self.records.instances[record.id], self.now()).stopped
+                self._change(record.id, phase=Phase.PULLING, stopped=billed)
             self._log(action, LedgerKind.OUTCOME, "start requested", outcome="ok")
         finally:
             self.inflight.release(key)
@@ -338,7 +363,11 @@ class Executor:
         except vast_errors.CreateOutcomeUnknownError:
             self._resolve_unknown(action, record)
             return True
-        rented = self._change(record.id, vast_id=created.instance_id, phase=Phase.RENTING)
+        # vast bills an interruptible rental at its bid (and its storage), not the offer's price
+        billed = choice.dph_total if bid is None else bid + choice.storage_dph
+        rented = self._change(
+            record.id, vast_id=created.instance_id, phase=Phase.RENTING, dph_total=billed
+        )
         self.launcher.created(rented, created)
         self._log(
             action,
@@ -346,7 +375,7 @@ class Executor:
             f"instance {created.instance_id} rented",
             outcome="ok",
             instance=created.instance_id,
-            dph=choice.dph_total,
+            dph=billed,
         )
         return True
 
@@ -466,6 +495,7 @@ class Executor:
         outcome: str | None = None,
         instance: int | None = None,
         dph: float | None = None,
+        extra: Mapping[str, object] | None = None,
     ) -> None:
         if kind is LedgerKind.OUTCOME:
             self.progress(f"{action.cluster}: {_who(action)}: {action.kind.value}: {message}")
@@ -474,6 +504,7 @@ class Executor:
             data["outcome"] = outcome
         if action.host_id is not None:
             data["host_id"] = action.host_id
+        data.update(extra or {})
         self.journal.log(
             action.cluster,
             kind,

@@ -48,6 +48,7 @@ def heartbeat(
         record,
         self_report_at=now,
         phase=Phase.SERVING if serving else record.phase,
+        serving_at=record.serving_at or (now if serving else None),
         sample_at=now,
         sample_busy=busy(beat),
     )

@@ -97,6 +97,8 @@ class Instance:
     storage_cost: float | None = None
     disk_space: float | None = None
     start_date: float | None = None
+    # Minutes since it last began running (vast's own clock; None while it does not run).
+    uptime_mins: float | None = None
     image: str | None = None
     num_gpus: int | None = None
     gpu_name: str | None = None

@@ -8,7 +8,7 @@ because a row that reads a machine's state must also read whether we answer for 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
@@ -69,6 +69,14 @@ def parse_label(label: str | None) -> LabelInfo | None:
     if len(parts) != 4 or parts[0] != LABEL_PREFIX or not all(parts[1:]):
         return None
     return LabelInfo(parts[1], parts[2], parts[3])
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """A stretch of time from `start` to `end` (None: it goes on)."""
+
+    start: float
+    end: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,16 @@ class InstanceRecord:
     sample_busy: bool = False
     ended_reason: str | None = None
     ended_at: float | None = None
+    # The clocks of the bill (`ray-vast cost`, reconciler/model/cost.py): when the head first saw
+    # Ray running on the worker (serving); its quiet stretches, each from the idle scanner arming
+    # the money chain's timers to the traffic that cleared them (the last one open while they are
+    # armed; beyond `QUIET_KEPT` the oldest are folded into `quiet_folded` seconds, so a worker
+    # that flaps between quiet and busy does not grow its record); and the stretches it was
+    # stopped, from our stop call (or the listing that showed vast had stopped it) to our start.
+    serving_at: float | None = None
+    quiet: tuple[Stretch, ...] = ()
+    quiet_folded: float = 0.0
+    stopped: tuple[Stretch, ...] = ()
     # A destroy or stop that vast has not confirmed yet (a transitional state): how many calls
     # were made, and when the next one is due (backoff after a failure; a stop that vast accepted
     # is checked again after a while). Cleared when vast confirms.
@@ -339,3 +357,82 @@ STOP_CONFIRM_SECONDS = 120.0
 def retry_delay(attempts: int) -> float:
     """Seconds before call number `attempts + 1` of a destroy or stop that did not take."""
     return float(min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** max(0, attempts - 1)))
+
+
+# --- the clocks of the bill -------------------------------------------------------------------
+
+# Quiet stretches a record keeps one by one (older ones are folded into seconds).
+QUIET_KEPT = 32
+
+
+def open_since(stretches: tuple[Stretch, ...]) -> float | None:
+    """When the stretch under way began (None: none is)."""
+    last = stretches[-1] if stretches else None
+    return last.start if last is not None and last.end is None else None
+
+
+def went_quiet(record: InstanceRecord, now: float) -> InstanceRecord:
+    """The idle scanner armed the money chain's timers: a quiet stretch begins."""
+    if open_since(record.quiet) is not None:
+        return record
+    return replace(record, quiet=(*record.quiet, Stretch(now)))
+
+
+def traffic_again(record: InstanceRecord, now: float) -> InstanceRecord:
+    """Traffic cleared the timers: the quiet stretch under way ends now (the oldest stretches
+    beyond `QUIET_KEPT` are folded into seconds)."""
+    since = open_since(record.quiet)
+    if since is None:
+        return record
+    quiet = (*record.quiet[:-1], Stretch(since, max(since, now)))
+    folded = record.quiet_folded
+    while len(quiet) > QUIET_KEPT:
+        oldest, quiet = quiet[0], quiet[1:]
+        folded += (oldest.end if oldest.end is not None else oldest.start) - oldest.start
+    return replace(record, quiet=quiet, quiet_folded=folded)
+
+
+def stopped_from(record: InstanceRecord, now: float) -> InstanceRecord:
+    """vast bills only its storage from `now` (our stop call, or a listing showing it stopped)."""
+    if open_since(record.stopped) is not None:
+        return record
+    return replace(record, stopped=(*record.stopped, Stretch(now)))
+
+
+def started_from(record: InstanceRecord, now: float) -> InstanceRecord:
+    """Our start call: the stopped stretch under way ends."""
+    since = open_since(record.stopped)
+    if since is None:
+        return record
+    return replace(record, stopped=(*record.stopped[:-1], Stretch(since, max(since, now))))
+
+
+def vanished_at(record: InstanceRecord, now: float) -> float:
+    """When vast most likely stopped billing an instance that went away without a destroy of ours
+    (its worker destroyed it itself, or vast ended it), found out at `now`. The head's doom of it
+    (`ended_at`: the worker's report just before its own destroy) when no listing showed it
+    after that; else halfway between the last listing that showed it and the first that did not
+    (`missing_since`), where nothing better is known."""
+    seen = record.provider_seen_at
+    doomed = record.ended_at
+    if doomed is not None and (seen is None or doomed >= seen):
+        return min(doomed, now)
+    low = seen if seen is not None else record.created_at
+    high = min(record.missing_since if record.missing_since is not None else now, now)
+    return low + max(0.0, high - low) / 2
+
+
+def running_again(record: InstanceRecord, since: float) -> InstanceRecord:
+    """A listing shows it running since `since` (vast's uptime): a stopped stretch under way ends
+    then, and one that our start call ended is moved to then, unless a listing has shown it
+    running since that call (vast billed storage until the instance ran again)."""
+    last = record.stopped[-1] if record.stopped else None
+    if last is None:
+        return record
+    if last.end is None:
+        end = max(last.start, since)
+    elif since > last.end and (record.provider_ok_at is None or record.provider_ok_at < last.end):
+        end = since
+    else:
+        return record
+    return replace(record, stopped=(*record.stopped[:-1], Stretch(last.start, end)))

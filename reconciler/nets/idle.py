@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from reconciler.model.records import InstanceRecord, Intent, Phase
+from reconciler.model.records import (
+    InstanceRecord,
+    Intent,
+    Phase,
+    open_since,
+    traffic_again,
+    went_quiet,
+)
 from reconciler.nets.base import NetResult, Specs, serving_workers
 from reconciler.nets.detection import Detection
 from reconciler.nets.reaper import Gate, refusal
@@ -32,8 +39,10 @@ def scan(
     result = NetResult()
     everything = list(records)
     for record in everything:  # clearing: every record, no gate
-        if busy.get(record.id) and (record.stop_due_at or record.destroy_due_at):
-            result.updates[record.id] = replace(record, stop_due_at=None, destroy_due_at=None)
+        armed = record.stop_due_at or record.destroy_due_at or open_since(record.quiet)
+        if busy.get(record.id) and armed:
+            cleared = replace(record, stop_due_at=None, destroy_due_at=None)
+            result.updates[record.id] = traffic_again(cleared, now)
     for record in serving_workers(everything):  # arming: gated
         spec = specs.get(record.cluster)
         if spec is None or record.id in result.updates or busy.get(record.id) is not False:
@@ -41,11 +50,12 @@ def scan(
         if record.managed_by != lineage or record.held(now) or record.stop_due_at is not None:
             continue
         w = spec.watchdogs
-        result.updates[record.id] = replace(
+        timed = replace(
             record,
             stop_due_at=now + w.idle_stop_after_seconds,
             destroy_due_at=now + w.idle_destroy_after_seconds,
         )
+        result.updates[record.id] = went_quiet(timed, now)
     return result
 
 

@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from reconciler.model.observed import Instance
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role
+from reconciler.model.records import (
+    InstanceRecord,
+    Intent,
+    Phase,
+    Records,
+    Request,
+    Role,
+    running_again,
+    stopped_from,
+)
 
 # vast's statuses before the container runs; `None` is "being provisioned".
 BOOTING_STATUSES = frozenset({None, "created", "loading", "scheduling", "rebooting"})
@@ -81,7 +90,11 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
     )
     if status == "running":
         first = record.first_running_at or now
-        record = replace(record, provider_ok_at=now, first_running_at=first)
+        uptime = seen.uptime_mins
+        since = now if uptime is None else min(now, max(record.created_at, now - uptime * 60))
+        record = replace(running_again(record, since), provider_ok_at=now, first_running_at=first)
+    elif status == "stopped":
+        record = stopped_from(record, now)  # billing storage only (stopped by us or by vast)
     if record.phase is Phase.STOPPED and record.intent is Intent.STOPPED:
         record = replace(record, call_attempts=0, retry_at=None)  # vast confirmed the stop
     if record.exempt and status == "running" and record.role is Role.CANDIDATE:

@@ -123,6 +123,7 @@ def instance(row: Row) -> observed.Instance:
         storage_cost=_float(row, "storage_cost"),
         disk_space=_float(row, "disk_space"),
         start_date=_float(row, "start_date"),
+        uptime_mins=_float(row, "uptime_mins"),
         image=_str(row, "image_uuid"),
         num_gpus=_int(row, "num_gpus"),
         gpu_name=_str(row, "gpu_name"),

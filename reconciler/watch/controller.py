@@ -28,6 +28,7 @@ from reconciler.applying.observe import observe_and_plan
 from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.head import tokens
+from reconciler.model import cost
 from reconciler.model.observation import NodeKey
 from reconciler.model.plan import Action, ActionKind, Plan
 from reconciler.model.records import (
@@ -37,6 +38,7 @@ from reconciler.model.records import (
     Phase,
     Records,
     Role,
+    traffic_again,
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle, lost, never_reported, pools, went_silent
@@ -269,6 +271,33 @@ class Controller:
             self.journal.save(updated)
             return updated
 
+    def _forget_ended(self) -> None:
+        """Records of machines ended long ago leave the state (planning/retention.py); the bill of
+        each goes to the ledger first, so `ray-vast cost` still prices it."""
+        with self.lock:
+            before = self.journal.records()
+            after = retention.prune(before, self.clock.now())
+            if after is before:
+                return
+            for rid, record in sorted(before.instances.items()):
+                life = cost.life_of(record) if rid not in after.instances else None
+                if life is None:
+                    continue
+                dollars = sum(
+                    c.dollars for c in cost.charges([life], since=None, until=life.end or 0.0)
+                )
+                self.journal.log(
+                    record.cluster,
+                    LedgerKind.REPORT,
+                    cost.BILL_CLASS,
+                    f"instance {record.vast_id} ended a day ago: its bill (${dollars:.4f}) leaves "
+                    "the state and is kept here",
+                    record=rid,
+                    instance=record.vast_id,
+                    data=cost.bill_entry(life),
+                )
+            self.journal.save(after)
+
     def execute(self, plan: Plan) -> ApplyResult:
         """Save a plan's bookkeeping and carry it out with the one applier (outside the lock).
         Alerts are said in the log as well as kept for `status`."""
@@ -321,7 +350,7 @@ class Controller:
         }
         if any("reconcile" in jobs for jobs in due.values()) or self._pruning_due(now):
             self._shared("token_prune", lambda: self.mutate(tokens.prune), None)
-            self._shared("retention_prune", lambda: self.mutate(retention.prune), None)
+            self._shared("retention_prune", self._forget_ended, None)
             listed = self._reconcile_contained(now, due, report)
             for name, jobs in listed.items():
                 ran.setdefault(name, []).extend(jobs)
@@ -856,7 +885,7 @@ class Controller:
                 record_id,
                 extra={"record": record_id, "cls": "refusal", "gate": "ray-drain-rejected"},
             )
-        self.mutate(lambda current, _now: _timers_cleared(current, busy))
+        self.mutate(lambda current, now: _timers_cleared(current, busy, now))
         return [a for a in actions if a.record not in busy]
 
     def _clusters_of(
@@ -984,9 +1013,11 @@ def _has_ray_node(record: InstanceRecord | None) -> bool:
     )
 
 
-def _timers_cleared(records: Records, record_ids: set[str]) -> Records:
+def _timers_cleared(records: Records, record_ids: set[str], now: float) -> Records:
     changed = {
-        rid: replace(records.instances[rid], stop_due_at=None, destroy_due_at=None)
+        rid: traffic_again(
+            replace(records.instances[rid], stop_due_at=None, destroy_due_at=None), now
+        )
         for rid in record_ids
         if rid in records.instances
     }

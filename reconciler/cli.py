@@ -23,6 +23,7 @@ from reconciler import up as up_mod
 from reconciler.clock import SystemClock
 from reconciler.deps import Deps, state_dir_from
 from reconciler.head.pki import RAY_TOKEN_FILE, pki_dir
+from reconciler.model import cost as cost_model
 from reconciler.model.codec import encode
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning.pins import PinOrder
@@ -483,6 +484,62 @@ def ledger(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LedgerLineSkipped)
             entries = list(read_ledger(ledger_path(deps.state_dir), query))
+    _say_skipped(caught)
+    if as_json:
+        for entry in entries:
+            typer.echo(json.dumps(entry.to_json()))
+        return
+    typer.echo(ledger_view.human(entries), nl=False)
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast cost\n\n"
+        "  ray-vast cost --since 1d --by node-type\n\n"
+        "  ray-vast cost clusters --since 2026-09-01 --until 2026-09-08 --by cause --json\n\n"
+        "Causes: serving; idle (quiet but kept: the idle timers armed); booting (rented, not "
+        "serving yet); failed (ended without ever serving); extra_candidate; orphan; stopped "
+        "(storage while stopped). Reads the state and the ledger; vast is not called."
+    )
+)
+def cost(
+    spec_dir: Annotated[
+        Path | None, typer.Argument(help="Specs: only the clusters they declare.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="From: 30m, 2h, 1d ago, an ISO time or epoch seconds."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", help="To (default now): 30m, 2h, 1d ago, an ISO time or epoch."),
+    ] = None,
+    by: Annotated[
+        str, typer.Option("--by", help="Group by cluster, node-type, cause or instance.")
+    ] = "cluster",
+    as_json: JsonFlag = False,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Dollars the machines cost, at vast's per-second prices, by cause."""
+    if by not in cost_model.BY_KEYS:
+        typer.echo(f"Error: --by is one of {', '.join(cost_model.BY_KEYS)}", err=True)
+        raise typer.Exit(1)
+    specs = _specs(spec_dir) if spec_dir else []
+    deps = _deps(state_dir)
+    with _reported(deps):
+        now = deps.clock.now()
+        start = ledger_view.parse_since(since, now) if since else None
+        end = ledger_view.parse_since(until, now) if until else None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LedgerLineSkipped)
+            code = operations.cost(deps, specs, since=start, until=end, by=by, as_json=as_json)
+    _say_skipped(caught)
+    raise typer.Exit(code)
+
+
+def _say_skipped(caught: list[warnings.WarningMessage]) -> None:
+    """Ledger lines that could not be read, said once each on stderr; other warnings as ever."""
     for warning in caught:
         if issubclass(warning.category, LedgerLineSkipped):
             typer.echo(f"Warning: {warning.message}", err=True)
@@ -490,11 +547,6 @@ def ledger(
             warnings.showwarning(
                 warning.message, warning.category, warning.filename, warning.lineno
             )
-    if as_json:
-        for entry in entries:
-            typer.echo(json.dumps(entry.to_json()))
-        return
-    typer.echo(ledger_view.human(entries), nl=False)
 
 
 PinTarget = Annotated[

@@ -19,6 +19,7 @@ from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.observe import observe_and_plan
 from reconciler.applying.provider import Provider
 from reconciler.deps import Deps
+from reconciler.model import cost as cost_model
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Plan
 from reconciler.model.records import Intent, Phase, Records
@@ -29,8 +30,9 @@ from reconciler.planning.pins import PinOrder
 from reconciler.planning.plan import fingerprint, touched
 from reconciler.state import orders
 from reconciler.state.errors import Liveness, StateLockedError
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerKind, ledger_path, read_ledger
 from reconciler.vast.errors import VastError
+from reconciler.views import cost as cost_view
 from reconciler.views import ledger as ledger_view
 from reconciler.views import plan as plan_view
 from reconciler.views import progress
@@ -402,6 +404,35 @@ def status(deps: Deps, specs: Sequence[ClusterSpec], *, as_json: bool) -> int:
     else:
         deps.out.write(status_view.human(view))
     return EXIT_OK if error is None else EXIT_ERROR
+
+
+# --- cost ----------------------------------------------------------------------------------
+
+
+def cost(
+    deps: Deps,
+    specs: Sequence[ClusterSpec],
+    *,
+    since: float | None,
+    until: float | None,
+    by: str,
+    as_json: bool,
+) -> int:
+    """What the machines cost between `since` and `until` (None: from the first bill known, to
+    now), by cause, from the state's records and the ledger; vast is not called. With specs, only
+    their clusters."""
+    records, _, _ = deps.read_records()
+    bills = cost_model.lives_from_ledger(read_ledger(ledger_path(deps.state_dir)))
+    clusters = [s.name for s in specs] if specs else None
+    end = deps.clock.now() if until is None else until
+    if since is not None and since >= end:
+        raise OperationError(f"--since is not before --until ({since:.0f} >= {end:.0f})")
+    view = cost_view.build(cost_view.lives(records, bills, clusters), since=since, until=end, by=by)
+    if as_json:
+        deps.out.write(json.dumps(view, indent=2) + "\n")
+    else:
+        deps.out.write(cost_view.human(view))
+    return EXIT_OK
 
 
 # --- pin / unpin ---------------------------------------------------------------------------

@@ -3,17 +3,22 @@
 Cluster $/h, instances by phase, detections by net, vast requests by endpoint and outcome, the
 last tick's duration, the alerts waiting for a person by cluster and class, and the rent-loop
 breakers by node type: enough to alert on a bill that grows, a net that fires too often, an alert
-nobody read, or a node type that stopped launching.
+nobody read, or a node type that stopped launching. And the dollars billed since the watch
+started, by cluster and cause, as `ray-vast cost` counts them (`DollarCounter`).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
+from reconciler.model import cost
 from reconciler.model.records import Records
+from reconciler.state.ledger import LedgerEntry
 
 
 @dataclass
@@ -29,6 +34,66 @@ class Gauges:
     now: float = 0.0
     # Alerts the head did not add again (the same one within a minute), by (cluster, class).
     alert_repeats: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # Dollars billed since the watch started, by (cluster, cause) (`DollarCounter`).
+    dollars: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+
+class DollarCounter:
+    """The dollars billed since `since`, by (cluster, cause): `ray-vast cost`'s accounting of the
+    records, and of the orphans the ledger's new lines end, each tick. A counter never goes down:
+    each instance keeps the most it was priced at, and a record that retention drops keeps its
+    last dollars."""
+
+    def __init__(self, since: float, ledger: Path | None = None) -> None:
+        self.since = since
+        self.ledger = ledger
+        self._offset = ledger.stat().st_size if ledger is not None and ledger.exists() else 0
+        self._live: dict[str, dict[tuple[str, str], float]] = {}  # by instance
+        self._final: dict[tuple[str, str], float] = {}
+
+    def update(self, records: Records, now: float) -> dict[tuple[str, str], float]:
+        seen: dict[str, dict[tuple[str, str], float]] = {}
+        lives = [life for r in records.instances.values() if (life := cost.life_of(r))]
+        for charge in cost.charges(lives, since=self.since, until=now):
+            key = (charge.cluster, charge.cause.value)
+            mine = seen.setdefault(charge.instance, {})
+            mine[key] = mine.get(key, 0.0) + charge.dollars
+        for instance, amounts in seen.items():
+            before = self._live.get(instance, {})
+            self._live[instance] = {
+                k: max(v, before.get(k, 0.0)) for k, v in {**before, **amounts}.items()
+            }
+        for instance in set(self._live) - set(seen):  # gone from the state: final
+            self._add(self._live.pop(instance))
+        orphans = [life for life in self._new_bills() if life.fate is cost.Cause.ORPHAN]
+        for charge in cost.charges(orphans, since=self.since, until=now):
+            self._add({(charge.cluster, charge.cause.value): charge.dollars})
+        total = dict(self._final)
+        for amounts in self._live.values():
+            for key, dollars in amounts.items():
+                total[key] = total.get(key, 0.0) + dollars
+        return total
+
+    def _add(self, amounts: Mapping[tuple[str, str], float]) -> None:
+        for key, dollars in amounts.items():
+            self._final[key] = self._final.get(key, 0.0) + dollars
+
+    def _new_bills(self) -> list[cost.Life]:
+        """The bills in the ledger's lines written since the last look (whole lines only)."""
+        if self.ledger is None or not self.ledger.exists():
+            return []
+        with self.ledger.open("rb") as handle:
+            handle.seek(self._offset)
+            chunk = handle.read()
+        whole = chunk[: chunk.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        entries = []
+        for line in whole.splitlines():
+            try:
+                entries.append(LedgerEntry.from_json(json.loads(line)))
+            except (UnicodeDecodeError, ValueError):
+                continue  # a torn line: `ray-vast ledger` says so; the counter goes on
+        return list(cost.lives_from_ledger(entries).values())
 
 
 def _escape(value: str) -> str:
@@ -101,6 +166,13 @@ def render(g: Gauges) -> str:
         "counter",
         "Alerts not kept again because the same one was raised within a minute, since start.",
         [({"cluster": c, "class": k}, n) for (c, k), n in sorted(g.alert_repeats.items())],
+    )
+    metric(
+        "ray_vast_dollars_total",
+        "counter",
+        "Dollars billed since this watch started, by cluster and cause (as `ray-vast cost` "
+        "counts them: serving, idle, booting, failed, extra_candidate, orphan, stopped).",
+        [({"cluster": c, "cause": k}, round(v, 6)) for (c, k), v in sorted(g.dollars.items())],
     )
     paused: list[tuple[dict[str, str], float]] = []
     empty: list[tuple[dict[str, str], float]] = []

@@ -25,6 +25,7 @@ from reconciler.operations import log_pin
 from reconciler.planning import pins
 from reconciler.spec.loader import LoadResult
 from reconciler.state import orders
+from reconciler.state.ledger import ledger_path
 from reconciler.views import diagnostics as diag_view
 from reconciler.watch.controller import (
     FAILURE_BACKOFF_MAX_SECONDS,
@@ -33,7 +34,7 @@ from reconciler.watch.controller import (
     Signals,
     TickReport,
 )
-from reconciler.watch.metrics import Gauges, MetricsServer
+from reconciler.watch.metrics import DollarCounter, Gauges, MetricsServer
 from reconciler.watch.source import GitError, SpecSource
 
 # How long the loop sleeps at most between looks at the spec directory.
@@ -135,6 +136,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
         services = [*services, controller.signals]
     gauges = Gauges()
     metrics = _metrics(controller, gauges, logger) if options.metrics else None
+    dollars = DollarCounter(deps.clock.now(), ledger_path(deps.state_dir)) if metrics else None
     ticks = 0
     failures = 0  # loop turns in a row that raised past the controller's own containment
     try:
@@ -157,7 +159,8 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
                 continue
             failures = 0
             ticks += 1
-            _refresh(gauges, controller, time.monotonic() - started, ticks, services)
+            elapsed = time.monotonic() - started
+            _refresh(gauges, controller, elapsed, ticks, services, dollars=dollars)
             if options.on_tick:
                 options.on_tick(report)
             if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
@@ -279,9 +282,13 @@ def _refresh(
     seconds: float,
     ticks: int,
     services: Sequence[Service] = (),
+    *,
+    dollars: DollarCounter | None = None,
 ) -> None:
     gauges.records = controller.records()
     gauges.now = controller.clock.now()
+    if dollars is not None:
+        gauges.dollars = dollars.update(gauges.records, gauges.now)
     repeats: dict[tuple[str, str], int] = {}
     for service in services:
         if isinstance(service, AlertCounting):

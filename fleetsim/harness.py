@@ -1,0 +1,282 @@
+"""A fleet on virtual time: the real controller, the real heads and the real agent's decisions,
+against an in-process vastsim.
+
+Used by the virtual-day test (`tests/watch/test_virtual_day.py`), the storm tests, the fleet
+benchmark and `ray-vast simulate` (`fleetsim.simulate`: it is packaged for that, and
+`bench.harness` still names it). Every part on the path is real: vastsim on a `VirtualClock`,
+the vast client over `InProcessTransport`, the `Controller` (planner, nets, executor, journal,
+ledger), and per cluster a head: its PKI (`reconciler.watch.headside.cluster_pki`), its
+`HeadApp` (schemas, decisions, the records lock, the ledger) called in-process, and its launcher
+(`reconciler.head.service.launcher_for`), so every rent carries the bootloader, a real join
+token, the CA and the head's address in its environment, as on vast. The head's own destroys
+(extra candidates, failed token checks) go to the controller's one applier, carried out at once
+on the virtual clock (`Applier.in_caller`) instead of on the applier's thread.
+
+Inside each container runs the agent's state machine (`fleetsim.agents`): nothing plays a worker by
+hand. A test or a benchmark makes a machine fail only at the boundary, per instance
+(`Fleet.agents.faults[vast_id] = ContainerFault(...)`, or `fleet(faults=...)` / `next_fault` to
+choose one for each new instance), and says whether each node has work (`working`); vastsim's own
+faults stay as they are (`Fleet.sim.faults`).
+
+    with fleet([spec_a, spec_b], faults=lambda vast_id: HEALTHY, working=lambda now: True) as f:
+        f.run_until(START + 3600)
+        f.agents.faults[vast_id] = ContainerFault(ray_exits_at=f.clock.now() + 60)
+        f.run_until(f.clock.now() + 300)
+        f.agent(vast_id).ending         # Report(reason="ray_exited", ...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleetsim.agents import DOCKER_STOP_GRACE, AgentBehaviour, AgentWorld, ContainerFault
+from reconciler import rayruntime
+from reconciler.applying.journal import Journal
+from reconciler.applying.launch import ImageLauncher, Launcher
+from reconciler.head.agentsource import AgentBundle
+from reconciler.head.answers import HeadEndpoints
+from reconciler.head.app import HeadApp
+from reconciler.head.service import launcher_for
+from reconciler.model.codec import encode
+from reconciler.model.observation import NodeKey
+from reconciler.model.rayversions import RayVersions
+from reconciler.model.records import Records, parse_label
+from reconciler.model.spec import ClusterSpec
+from reconciler.state.ledger import LedgerKind, LedgerWriter, ledger_path
+from reconciler.state.memory import MemoryStore
+from reconciler.vast.client import VastClient
+from reconciler.vast.config import ClientSettings
+from reconciler.vast.factory import client_from_settings
+from reconciler.watch.controller import AgentSignals, Controller
+from reconciler.watch.headside import ByCluster, cluster_pki
+from vastsim import InProcessTransport, Market, ScriptedRunner, Sim, Timing, VirtualClock
+
+API_KEY = "harness-api-key-7c1d"
+VAST_URL = "http://vastsim"
+START = 1_790_000_000.0
+PORT_STEP = 100  # two clusters that name the same head ports get ports this far apart
+
+
+class SimClock:
+    """`reconciler.clock.Clock` over the simulator's clock: sleeping advances the world."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+
+    def now(self) -> float:
+        return self.sim.clock.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.sim.advance(max(0.0, seconds))
+
+
+@dataclass
+class DemandSignals(AgentSignals):
+    """Ray's pending demand as a function of time; busy from the agents' own samples."""
+
+    clock: SimClock | None = None
+    demand_at: Callable[[float], Mapping[NodeKey, int]] = lambda now: {}
+
+    def __post_init__(self) -> None:
+        super().__init__()
+
+    def demand(self, specs: Mapping[str, ClusterSpec], records: Records) -> Mapping[NodeKey, int]:
+        return self.demand_at(self.clock.now()) if self.clock else {}
+
+
+class ControllerLedger:
+    """The heads' ledger sink: whatever journal the controller holds now (a benchmark may swap
+    in another after the fleet is built)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def log(
+        self,
+        cluster: str,
+        kind: LedgerKind,
+        cls: str,
+        message: str,
+        *,
+        record: str | None = None,
+        instance: int | None = None,
+        dph: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.controller.journal.log(
+            cluster, kind, cls, message, record=record, instance=instance, dph=dph, data=data
+        )
+
+
+@dataclass
+class Fleet:
+    sim: Sim
+    clock: SimClock
+    client: VastClient
+    controller: Controller
+    heads: dict[str, HeadApp]  # by cluster
+    agents: AgentWorld
+    signals: DemandSignals
+    ledger: Path
+
+    @property
+    def faults(self) -> dict[int, ContainerFault]:
+        """Each instance's fault (set one at any time; `agents.next_fault` picks new ones)."""
+        return self.agents.faults
+
+    def agent(self, vast_id: int) -> AgentBehaviour | None:
+        """What the agent of an instance's latest boot did (its machine state, reports, calls)."""
+        return self.agents.agent(vast_id)
+
+    def tick(self) -> None:
+        """One controller tick; then agents whose moment came during it act, at once."""
+        with self.agents.turn():
+            self.controller.tick()
+        self.sim.step()
+
+    def advance(self, until: float, *, each: Callable[[], None] | None = None) -> None:
+        """Tick as `watch` does until `until`: at the next cadence or the earliest deadline a
+        record holds, whichever comes first (at most 15 s apart, at least 1 s: a deadline may
+        fall due at once); the agents act at their own moments in between."""
+        while self.clock.now() < until:
+            self.tick()
+            if each is not None:
+                each()
+            now = self.clock.now()
+            wait = min(15.0, self.controller.next_wakeup(now), until - now)
+            self.clock.sleep(max(1.0, wait))
+
+    def rentals(self, cluster: str | None = None) -> dict[int, float]:
+        """Every instance vast ever created for us (live and gone): vast id -> created at."""
+        out: dict[int, float] = {}
+        for vast_id in set(self.sim.instances) | set(self.sim.fleet.gone):
+            inst = self.sim.instance(vast_id)
+            info = parse_label(inst.label if inst else None)
+            if inst is not None and info is not None and cluster in (None, info.cluster):
+                out[vast_id] = inst.created_at
+        return out
+
+    def run_until(
+        self, until: float, *, step: float = 15.0, each: Callable[[], None] | None = None
+    ) -> None:
+        """The controller ticks every `step` seconds until `until`; the agents act at their own
+        moments in between (the simulator's clock jumps to each)."""
+        while self.clock.now() < until:
+            self.tick()
+            if each is not None:
+                each()
+            self.clock.sleep(step)
+
+
+@contextlib.contextmanager
+def fleet(
+    specs: ClusterSpec | Sequence[ClusterSpec],
+    *,
+    market: Market | None = None,
+    timing: Timing | None = None,
+    faults: Callable[[int], ContainerFault] | None = None,
+    working: Callable[[float], bool] | None = None,
+    versions: RayVersions | None = None,
+    images: Mapping[str, RayVersions] | None = None,
+) -> Iterator[Fleet]:
+    """A controller for `specs` (one cluster or several), one head per cluster, vastsim with the
+    agent in every container of ours; torn down (every instance destroyed) on exit. `versions`
+    is the Ray and Python the heads run (this process's by default) and every image runs unless
+    `images` names another for it."""
+    clusters = [specs] if isinstance(specs, ClusterSpec) else list(specs)
+    bundle = AgentBundle.load()
+    world = AgentWorld(bootloader=bundle.bootloader)
+    head_versions = versions if versions is not None else rayruntime.local()
+    world.default_image = head_versions
+    world.images.update(images or {})
+    if faults is not None:
+        world.next_fault = faults
+    if working is not None:
+        world.working = working
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Sim(
+            market=market or Market.default(),
+            clock=VirtualClock(START),
+            api_key=API_KEY,
+            timing=timing or Timing(),
+            runner=ScriptedRunner(world.behaviour, stop_grace=DOCKER_STOP_GRACE),
+        ) as sim,
+    ):
+        world.attach(sim)
+        clock = SimClock(sim)
+        store = MemoryStore(clock=clock, secrets=(API_KEY,))
+        store.lock("watch")
+        snapshot = store.write(encode(Records()), based_on=None)
+        client = client_from_settings(
+            env={"VAST_API_KEY": API_KEY, "VAST_URL": VAST_URL},
+            spec_url=None,
+            clock=clock,
+            transport=InProcessTransport(sim),
+            settings=ClientSettings(pacing=False),
+        )
+        signals = DemandSignals(clock=clock)
+        with (
+            client,
+            LedgerWriter.open(ledger_path(Path(tmp)), clock=clock, secrets=(API_KEY,)) as ledger,
+        ):
+            journal = Journal(store, ledger, snapshot)
+            controller = Controller(
+                specs={spec.name: spec for spec in clusters},
+                journal=journal,
+                provider=client,
+                launcher=ImageLauncher(),
+                clock=clock,
+                signals=signals,
+            )
+            heads = _heads(controller, clusters, Path(tmp), bundle, clock, versions=head_versions)
+            launchers: dict[str, Launcher] = {}
+            for name, app in heads.items():
+                world.serve(app)
+                launchers[name] = launcher_for(
+                    app, vast_url=VAST_URL, clock=clock, forbidden=(API_KEY,)
+                )
+            controller.launcher = ByCluster(launchers, ImageLauncher())
+            yield Fleet(
+                sim, clock, client, controller, heads, world, signals, ledger_path(Path(tmp))
+            )
+
+
+def _heads(
+    controller: Controller,
+    clusters: Sequence[ClusterSpec],
+    state_dir: Path,
+    bundle: AgentBundle,
+    clock: SimClock,
+    *,
+    versions: RayVersions,
+) -> dict[str, HeadApp]:
+    """One `HeadApp` per cluster, sharing the controller's records and ledger, each at its own
+    (virtual) ports: nothing is bound, the agents call the apps in-process."""
+    heads: dict[str, HeadApp] = {}
+    taken: set[tuple[str, int]] = set()
+    ledger = ControllerLedger(controller)
+    for spec in clusters:
+        head = spec.head
+        enroll, beat = head.enroll_port, head.heartbeat_port
+        while {(head.address, enroll), (head.address, beat)} & taken:
+            enroll, beat = enroll + PORT_STEP, beat + PORT_STEP
+        taken |= {(head.address, enroll), (head.address, beat)}
+        heads[spec.name] = HeadApp(
+            spec=spec,
+            cluster_pki=cluster_pki(state_dir, spec, clock.now()),
+            host=controller,
+            ledger=ledger,
+            applier=controller.applier.in_caller(),
+            lineage=controller.journal.lineage,
+            clock=clock,
+            endpoints=HeadEndpoints(head.address, head.ray_port, enroll, beat),
+            agent=bundle,
+            versions=versions,
+        )
+    return heads

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -547,6 +548,50 @@ def _say_skipped(caught: list[warnings.WarningMessage]) -> None:
             warnings.showwarning(
                 warning.message, warning.category, warning.filename, warning.lineno
             )
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast simulate examples/clusters --hours 24\n\n"
+        "  ray-vast simulate clusters --seed 7 --failures rates.yaml --json\n\n"
+        "A failure mix file gives weights of the fates a rental meets (stall, boot, dies, "
+        "net_drop, idle, healthy) and orphans_per_day; what it leaves out is the fleet "
+        "benchmark's. No account, no network: vastsim on virtual time."
+    )
+)
+def simulate(
+    spec_dir: SpecDir = Path("."),
+    hours: Annotated[
+        float, typer.Option("--hours", help="Simulated hours in which failures begin.", min=0.1)
+    ] = 24.0,
+    seed: Annotated[int, typer.Option("--seed", help="The scenario's seed.")] = 1,
+    failures: Annotated[
+        Path | None,
+        typer.Option("--failures", help="A YAML failure mix (default: the fleet benchmark's)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Price your specs before renting: ray-vast on virtual time against a failure mix.
+
+    The whole engine (controller, heads, the agent's state machine in every container) runs on
+    an in-process vastsim, with Ray's demand stepping between each node type's min and max
+    workers; it prints dollars by cause, waste against the floor, false destroys and leaks.
+    """
+    _specs(spec_dir, warn=True)
+    argv = [sys.executable, "-m", "fleetsim", str(spec_dir), "--hours", f"{hours:g}"]
+    argv += ["--seed", str(seed)]
+    if failures is not None:
+        argv += ["--failures", str(failures)]
+    if as_json:
+        argv.append("--json")
+    # its own process: the reconciler never imports the agent or vastsim, and this runs both
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.stdout:
+        typer.echo(done.stdout, nl=False)
+    if done.stderr:
+        typer.echo(done.stderr, err=True, nl=False)
+    raise typer.Exit(0 if done.returncode == 0 else 1)
 
 
 PinTarget = Annotated[

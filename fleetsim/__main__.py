@@ -1,0 +1,66 @@
+"""`python -m fleetsim DIR [--hours H] [--seed S] [--failures FILE] [--json]`: what
+`ray-vast simulate` runs (in its own process: the reconciler never imports the agent or vastsim,
+and this runs both, on virtual time)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleetsim import report
+from fleetsim.mix import FLEET_MIX, MixError, read_mix
+from fleetsim.simulate import Config, simulate
+from reconciler.spec.loader import load
+from reconciler.views import diagnostics as diag_view
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    loaded = load(args.spec_dir)
+    if not loaded.ok:
+        diag_view.write_human(loaded.diagnostics, sys.stderr)
+        sys.stderr.write(diag_view.validate_summary(loaded.diagnostics, [], loaded.files) + "\n")
+        return 1
+    if not loaded.clusters:
+        sys.stderr.write(f"Error: no cluster spec in {args.spec_dir}\n")
+        return 1
+    mix = FLEET_MIX
+    if args.failures is not None:
+        try:
+            mix = read_mix(Path(args.failures).read_text(encoding="utf-8"), str(args.failures))
+        except OSError as exc:
+            sys.stderr.write(f"Error: --failures {args.failures}: {exc.strerror or exc}\n")
+            return 1
+        except MixError as exc:
+            sys.stderr.write(f"Error: {exc}\n")
+            return 1
+    if args.hours <= 0:
+        sys.stderr.write("Error: --hours is more than zero\n")
+        return 1
+    config = Config(seed=args.seed, hours=args.hours, mix=mix)
+    result = simulate(loaded.clusters, config)
+    source = str(args.spec_dir)
+    mix_source = None if args.failures is None else str(args.failures)
+    if args.json:
+        doc = report.as_json(result, source=source, mix_source=mix_source)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(report.human(result, source=source, mix_source=mix_source))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fleetsim", description=__doc__)
+    parser.add_argument("spec_dir", type=Path)
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--failures", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -346,7 +346,8 @@ def group(found: Iterable[Charge], by: str) -> dict[str, Totals]:
         parts.setdefault(key, {}).setdefault(charge.cause, []).append(charge.dollars)
         seconds[key] = seconds.get(key, 0.0) + charge.seconds
     out: dict[str, Totals] = {}
-    for key in sorted(parts):
+    order = [c.value for c in CAUSES if c.value in parts] if by == "cause" else sorted(parts)
+    for key in order:
         by_cause = {c: math.fsum(parts[key][c]) for c in CAUSES if c in parts[key]}
         out[key] = Totals(math.fsum(by_cause.values()), seconds[key], by_cause)
     return out

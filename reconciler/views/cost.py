@@ -63,7 +63,10 @@ def build(known: Iterable[Life], *, since: float | None, until: float, by: str) 
     groups = cost.group(found, by)
     causes = cost.group(found, "cause")
     billed = {c.instance for c in found}
-    first = min((life.start for life in known if life.instance in billed), default=None)
+    starts = [life.start if since is None else max(since, life.start) for life in known]
+    first = min(
+        (t for t, life in zip(starts, known, strict=True) if life.instance in billed), default=None
+    )
     return {
         "format_version": FORMAT_VERSION,
         "currency": "USD",

@@ -41,7 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("Error: --hours is more than zero\n")
         return 1
     config = Config(seed=args.seed, hours=args.hours, mix=mix)
-    result = simulate(loaded.clusters, config)
+    if args.state_dir is not None:
+        problem = _unusable(args.state_dir)
+        if problem:
+            sys.stderr.write(f"Error: --state-dir {args.state_dir}: {problem}\n")
+            return 1
+        args.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    result = simulate(loaded.clusters, config, state_dir=args.state_dir)
     source = str(args.spec_dir)
     mix_source = None if args.failures is None else str(args.failures)
     if args.json:
@@ -49,7 +55,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(report.human(result, source=source, mix_source=mix_source))
+        if args.state_dir is not None:
+            sys.stdout.write(report.kept(args.state_dir, config))
     return 0
+
+
+def _unusable(state_dir: Path) -> str | None:
+    """Why a directory cannot take a simulated run's state (one already holds a state)."""
+    if state_dir.exists() and not state_dir.is_dir():
+        return "not a directory"
+    if (state_dir / "state.json").exists() or (state_dir / "ledger.jsonl").exists():
+        return "it already holds a state; give an empty or new directory"
+    return None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--failures", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--state-dir", type=Path, default=None)
     return parser
 
 

@@ -47,8 +47,10 @@ from reconciler.model.observation import NodeKey
 from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import Records, parse_label
 from reconciler.model.spec import ClusterSpec
+from reconciler.state.filestore import FileStore
 from reconciler.state.ledger import LedgerKind, LedgerWriter, ledger_path
 from reconciler.state.memory import MemoryStore
+from reconciler.state.store import StateStore
 from reconciler.vast.client import VastClient
 from reconciler.vast.config import ClientSettings
 from reconciler.vast.factory import client_from_settings
@@ -183,11 +185,14 @@ def fleet(
     working: Callable[[float], bool] | None = None,
     versions: RayVersions | None = None,
     images: Mapping[str, RayVersions] | None = None,
+    state_dir: Path | None = None,
 ) -> Iterator[Fleet]:
     """A controller for `specs` (one cluster or several), one head per cluster, vastsim with the
     agent in every container of ours; torn down (every instance destroyed) on exit. `versions`
     is the Ray and Python the heads run (this process's by default) and every image runs unless
-    `images` names another for it."""
+    `images` names another for it. `state_dir`: the state is a real state file there (locked
+    while the fleet runs), with the ledger and the heads' PKI beside it, and is kept; else all of
+    it is in memory and a temporary directory."""
     clusters = [specs] if isinstance(specs, ClusterSpec) else list(specs)
     bundle = AgentBundle.load()
     world = AgentWorld(bootloader=bundle.bootloader)
@@ -199,6 +204,7 @@ def fleet(
     if working is not None:
         world.working = working
     with (
+        contextlib.ExitStack() as stack,
         tempfile.TemporaryDirectory() as tmp,
         Sim(
             market=market or Market.default(),
@@ -210,8 +216,14 @@ def fleet(
     ):
         world.attach(sim)
         clock = SimClock(sim)
-        store = MemoryStore(clock=clock, secrets=(API_KEY,))
+        where = Path(tmp) if state_dir is None else state_dir
+        store: StateStore = (
+            MemoryStore(clock=clock, secrets=(API_KEY,))
+            if state_dir is None
+            else FileStore(state_dir, clock=clock, secrets=(API_KEY,))
+        )
         store.lock("watch")
+        stack.callback(store.unlock)
         snapshot = store.write(encode(Records()), based_on=None)
         client = client_from_settings(
             env={"VAST_API_KEY": API_KEY, "VAST_URL": VAST_URL},
@@ -223,7 +235,7 @@ def fleet(
         signals = DemandSignals(clock=clock)
         with (
             client,
-            LedgerWriter.open(ledger_path(Path(tmp)), clock=clock, secrets=(API_KEY,)) as ledger,
+            LedgerWriter.open(ledger_path(where), clock=clock, secrets=(API_KEY,)) as ledger,
         ):
             journal = Journal(store, ledger, snapshot)
             controller = Controller(
@@ -234,7 +246,7 @@ def fleet(
                 clock=clock,
                 signals=signals,
             )
-            heads = _heads(controller, clusters, Path(tmp), bundle, clock, versions=head_versions)
+            heads = _heads(controller, clusters, where, bundle, clock, versions=head_versions)
             launchers: dict[str, Launcher] = {}
             for name, app in heads.items():
                 world.serve(app)
@@ -242,9 +254,7 @@ def fleet(
                     app, vast_url=VAST_URL, clock=clock, forbidden=(API_KEY,)
                 )
             controller.launcher = ByCluster(launchers, ImageLauncher())
-            yield Fleet(
-                sim, clock, client, controller, heads, world, signals, ledger_path(Path(tmp))
-            )
+            yield Fleet(sim, clock, client, controller, heads, world, signals, ledger_path(where))
 
 
 def _heads(

@@ -4,10 +4,13 @@ MAJOR.MINOR; a minor version only adds fields)."""
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from fleetsim.harness import START
 from fleetsim.mix import FLEET_MIX, describe
-from fleetsim.simulate import ClassRow, Result, ratio_of
+from fleetsim.simulate import ClassRow, Config, Result, ratio_of
 from reconciler.model.cost import CAUSES
 from reconciler.views.cost import HEADINGS
 
@@ -150,3 +153,13 @@ def _class(c: ClassRow) -> dict[str, Any]:
         "wasted_dollars": round(c.wasted, 6),
         "floor_dollars": round(c.floor, 6),
     }
+
+
+def kept(state_dir: Path, config: Config) -> str:
+    """Where the run's state went, and how to read its bill (the run's clock is its own)."""
+    start = datetime.fromtimestamp(START, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    end = datetime.fromtimestamp(config.end, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return (
+        f"\nThe run's state and ledger are in {state_dir} (its clock ran {start} to {end} UTC):\n"
+        f"  ray-vast cost --state-dir {state_dir} --until {end} --by cause\n"
+    )

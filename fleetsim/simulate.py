@@ -42,6 +42,7 @@ from fleetsim.mix import CLASSES, DRAWN, FLEET_MIX, WORKING, Fate, Mix
 from reconciler.applying.journal import Journal
 from reconciler.applying.search import offer_search
 from reconciler.model import cost
+from reconciler.model.codec import encode
 from reconciler.model.observed import CreateRequest
 from reconciler.model.records import Intent, Records, Role, label_for, parse_label
 from reconciler.model.spec import ClusterSpec, Watchdogs
@@ -719,16 +720,26 @@ def _temporary_files_in_memory() -> Iterator[None]:
         tempfile.tempdir = old
 
 
-def simulate(specs: Sequence[ClusterSpec], config: Config) -> Result:
-    """The specs through the whole scenario, on a fresh simulator and state."""
+def simulate(
+    specs: Sequence[ClusterSpec], config: Config, *, state_dir: Path | None = None
+) -> Result:
+    """The specs through the whole scenario, on a fresh simulator and state. `state_dir`: keep
+    the run's state file and ledger there (for `ray-vast cost`, `ledger`, `state` on it)."""
     started = time.perf_counter()
     # the heads say each worker's report in their log; the ledger keeps it
     logging.getLogger("reconciler.head").addHandler(logging.NullHandler())
     windows, pull_limit = default_windows()
-    with _temporary_files_in_memory(), fleet(list(specs), market=market(config)) as f:
+    with (
+        _temporary_files_in_memory(),
+        fleet(list(specs), market=market(config), state_dir=state_dir) as f,
+    ):
         j = f.controller.journal
-        f.controller.use_journal(TypedJournal(j.store, j.ledger, j.snapshot))
+        typed = TypedJournal(j.store, j.ledger, j.snapshot)
+        f.controller.use_journal(typed)
         scenario = Scenario(config, f, windows=windows, pull_limit=float(pull_limit))
         scenario.install()
         f.run_until(config.end, step=config.step, each=scenario.step)
-        return account(scenario, time.perf_counter() - started)
+        result = account(scenario, time.perf_counter() - started)
+        if state_dir is not None:  # the typed journal saved nothing: the state as it ends
+            typed.store.write(encode(typed.records()), based_on=typed.snapshot)
+        return result

@@ -571,6 +571,14 @@ def simulate(
         typer.Option("--failures", help="A YAML failure mix (default: the fleet benchmark's)."),
     ] = None,
     as_json: JsonFlag = False,
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Keep the run's state and ledger in this new directory (for `ray-vast cost`, "
+            "`ledger`, `state` with --state-dir). Default: not kept.",
+        ),
+    ] = None,
 ) -> None:
     """Price your specs before renting: ray-vast on virtual time against a failure mix.
 
@@ -585,6 +593,8 @@ def simulate(
         argv += ["--failures", str(failures)]
     if as_json:
         argv.append("--json")
+    if keep is not None:
+        argv += ["--state-dir", str(keep)]
     # its own process: the reconciler never imports the agent or vastsim, and this runs both
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.stdout:

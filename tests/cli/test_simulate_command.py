@@ -119,3 +119,20 @@ def test_bad_input_says_what_is_wrong(tmp_path: Path) -> None:
     code, _, err = simulate(str(broken))
     assert code == 1
     assert "Invalid" in err
+
+
+def test_the_run_s_state_is_kept_for_ray_vast_cost(tmp_path: Path) -> None:
+    folder = specs(tmp_path)
+    kept = tmp_path / "run"
+    doc = as_json(str(folder), "--hours", "2", "--state-dir", str(kept))
+    end = 1_790_000_000.0 + 3 * 3600  # the run's clock: two hours of failures, one of drain
+    result = CliRunner().invoke(
+        app, ["cost", "--state-dir", str(kept), "--until", str(end), "--json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    priced = json.loads(result.stdout)
+    assert priced["dollars"] == pytest.approx(doc["dollars"], rel=1e-6)
+    assert priced["dollars"] == pytest.approx(doc["meter_dollars"], rel=0.01)
+    code, _, err = simulate(str(folder), "--hours", "1", "--state-dir", str(kept))
+    assert code == 1
+    assert "it already holds a state" in err

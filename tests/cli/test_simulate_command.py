@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from fleetsim.mix import FLEET_MIX, read_mix
 from reconciler.cli import app
 from tests.scenarios.world import cluster_text
 
@@ -136,3 +137,8 @@ def test_the_run_s_state_is_kept_for_ray_vast_cost(tmp_path: Path) -> None:
     code, _, err = simulate(str(folder), "--hours", "1", "--state-dir", str(kept))
     assert code == 1
     assert "it already holds a state" in err
+
+
+def test_the_example_failure_mix_is_the_fleet_benchmark_s() -> None:
+    path = ROOT / "examples" / "failure-mix.yaml"
+    assert read_mix(path.read_text(), str(path)) == FLEET_MIX

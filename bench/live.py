@@ -70,7 +70,7 @@ spec:
       image: rayproject/ray:2.60.0-py311-cpu
       disk_gb: 10
       offer:
-        filters: {{num_gpus: {{eq: 1}}}}
+        filters: {{num_gpus: {{eq: 1}}}}{resources}
   watchdogs:
     heartbeat_interval_seconds: 2
     worker_gives_up_after_seconds: {gives_up}
@@ -79,22 +79,35 @@ spec:
     candidate_self_destroy_seconds: 120
     report_wait_seconds: 3
     self_destroy_retry_seconds: 1
+    idle_stop_after_seconds: {idle_stop}
+    idle_destroy_after_seconds: {idle_destroy}
   cadences:
     reconcile_seconds: 2
     went_silent_seconds: 1
     boot_failure_seconds: 5
     lost_seconds: 2
-    idle_scan_seconds: 600
-    auto_stop_seconds: 600
-    auto_destroy_seconds: 600
+    idle_scan_seconds: {idle_cadence}
+    auto_stop_seconds: {idle_cadence}
+    auto_destroy_seconds: {idle_cadence}
   testing: {{allow_short_thresholds: true}}
 """
 
 
 def spec_text(
-    name: str, *, min_workers: int = 1, factor: int = 2, gives_up: int = 12, silent: int = 12
+    name: str,
+    *,
+    min_workers: int = 1,
+    factor: int = 2,
+    gives_up: int = 12,
+    silent: int = 12,
+    money_chain: tuple[int, int] | None = None,
+    cpus: int | None = None,
 ) -> str:
-    """A live cluster's spec, on free ports of its own."""
+    """A live cluster's spec, on free ports of its own. `money_chain`: (stop, destroy) seconds of
+    quiet, scanned every second; without it the chain runs at its defaults every 10 minutes.
+    `cpus`: the node type declares that many CPUs (so Ray's demand packs onto it)."""
+    idle_stop, idle_destroy = money_chain or (600, 1800)
+    resources = f"\n      resources: {{CPU: {cpus}}}" if cpus is not None else ""
     return SPEC.format(
         name=name,
         ray_port=free_port(),
@@ -105,6 +118,10 @@ def spec_text(
         factor=factor,
         gives_up=gives_up,
         silent=silent,
+        idle_stop=idle_stop,
+        idle_destroy=idle_destroy,
+        idle_cadence=1 if money_chain else 600,
+        resources=resources,
     )
 
 
@@ -225,17 +242,29 @@ def live_cluster(
     agent_env: dict[str, str] | None = None,
     read_ray: bool = True,
     in_directory: bool = False,
+    money_chain: tuple[int, int] | None = None,
+    cpus: int | None = None,
 ) -> Iterator[Live]:
     """`read_ray`: Ray reads its auth token once per process, so only the first cluster of a
     process can be read through Ray; later ones run without Ray's signals. `in_directory`: the
-    spec is a file of the directory `Live.specs` that watch reads (a test adds clusters to it)."""
+    spec is a file of the directory `Live.specs` that watch reads (a test adds clusters to it).
+    `money_chain`: the idle stop and destroy after these seconds of quiet; `cpus`: the CPUs the
+    node type declares (`spec_text`)."""
     root.mkdir(parents=True, exist_ok=True)
     state_dir, workdir = root / "state", root / "containers"
     specs = root / "specs"
     specs.mkdir(exist_ok=True)
     spec_file = (specs if in_directory else root) / "live.yaml"
     spec_file.write_text(
-        spec_text("live", min_workers=min_workers, factor=factor, gives_up=gives_up, silent=silent)
+        spec_text(
+            "live",
+            min_workers=min_workers,
+            factor=factor,
+            gives_up=gives_up,
+            silent=silent,
+            money_chain=money_chain,
+            cpus=cpus,
+        )
     )
     (spec,) = load(spec_file).clusters
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])

@@ -39,12 +39,20 @@ SLOW = (
     "head/test_service_limits.py",
     "watch/test_lock_discipline.py",
     "watch/test_ray_readers_live.py",
+    # real processes: ray-vast commands, agents in containers, lock holders, a served vastsim
+    "cli/test_down_ray_head.py",
+    "head/test_ray_versions_served.py",
+    "state/test_lock_processes.py",
+    "vastsim/test_serve_cli.py",
+    "agent/test_gpus.py::test_a_simulated_gpu_worker",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        # the test's file (and name) below tests/: a lane names a folder, a file or one test
         where = Path(str(item.fspath)).relative_to(HERE).as_posix()
+        where += item.nodeid[item.nodeid.index("::") :] if "::" in item.nodeid else ""
         if where.startswith(E2E):
             item.add_marker(pytest.mark.e2e)
         if where.startswith(SLOW):

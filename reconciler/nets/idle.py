@@ -68,7 +68,7 @@ def auto_stop(
         if record.stop_due_at is None or record.stop_due_at > now:
             continue
         why = refusal(record, lineage=lineage, now=now, gate=Gate())
-        if why is None and _at_minimum(record, workers, specs):
+        if why is None and _at_minimum(record, _staying(workers, result), specs):
             result.refusals.append((record.id, "at-min-workers"))
             continue
         if why is not None:
@@ -94,7 +94,7 @@ def auto_destroy(
         if not (stopped or idle):
             continue
         why = refusal(record, lineage=lineage, now=now, gate=Gate())
-        if why is None and not stopped and _at_minimum(record, workers, specs):
+        if why is None and not stopped and _at_minimum(record, _staying(workers, result), specs):
             result.refusals.append((record.id, "at-min-workers"))
             continue
         if why is not None:
@@ -104,6 +104,13 @@ def auto_destroy(
             Detection(record.id, DESTROY, "quiet past the destroy timer", record.vast_id)
         )
     return result
+
+
+def _staying(workers: list[InstanceRecord], result: NetResult) -> list[InstanceRecord]:
+    """The workers this pass has not already decided to end: two quiet workers due in the same
+    pass must not both go when only one may (min_workers)."""
+    ending = {d.record for d in result.detections}
+    return [w for w in workers if w.id not in ending]
 
 
 def _at_minimum(record: InstanceRecord, workers: list[InstanceRecord], specs: Specs) -> bool:

@@ -522,6 +522,8 @@ class Controller:
         self._demand_checked_at = now
         seen = self.journal.records()
         wanted = self._shared("ray_demand", lambda: self.signals.demand(self.specs, seen), None)
+        if wanted is not None:
+            self._say_infeasible(now)
         for (cluster, node_type), count in (wanted or {}).items():
             if cluster in self.specs and cluster not in self._wake:
                 have = scaling.capacity(seen.instances, seen.requests, cluster, node_type)

@@ -11,10 +11,16 @@ capacity it already counts (workers and open slots) plus those launches, so 3 bu
 
 Demand that fits no node type is kept (`Reading.infeasible`, in Ray's words) for the controller
 to say once per shape; it rents nothing.
+
+`request_resources()` is kept where the head's autoscaler version puts it: in the cluster
+resource state under autoscaler v2, and in the GCS key-value store (`V1_REQUEST_KEY`, a JSON list
+of bundles) under v1, which is what `ray start --head` runs unless `RAY_enable_autoscaler_v2=1`
+(ray-vast's own heads among them). The reader reads the key when the state has no constraint.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,6 +34,7 @@ from reconciler.model.demand import (
     PlacementGroup,
     ShapeCount,
     Strategy,
+    request_resources,
     type_shapes,
 )
 from reconciler.model.observation import NodeKey
@@ -39,6 +46,9 @@ from reconciler.planning import raypacking, scaling
 _GONE = frozenset({2, 4})
 _NOT_IN = 2  # LabelSelectorOperator.LABEL_OPERATOR_NOT_IN
 _STRATEGIES: tuple[Strategy, ...] = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+# Where autoscaler v1 keeps the `request_resources()` constraint (ray_constants
+# AUTOSCALER_RESOURCE_REQUEST_CHANNEL, the GCS key-value store's default namespace).
+V1_REQUEST_KEY = b"autoscaler_resource_request"
 
 
 @dataclass(frozen=True)
@@ -49,9 +59,15 @@ class Reading:
     infeasible: tuple[str, ...] = ()  # "{GPU: 1} fits no node type of local-sim"
 
 
-def reading(state: Any, spec: ClusterSpec, records: Records) -> Reading:
-    """From a `ClusterResourceState` of the cluster's Ray head."""
+def reading(
+    state: Any, spec: ClusterSpec, records: Records, *, requested: tuple[ShapeCount, ...] = ()
+) -> Reading:
+    """From a `ClusterResourceState` of the cluster's Ray head; `requested`: the
+    `request_resources()` constraint as autoscaler v1 keeps it (`v1_requested`), used when the
+    state carries none."""
     demand = demand_of(state)
+    if requested and not demand.requested:
+        demand = replace(demand, requested=requested)
     nodes = nodes_of(state, spec, records)
     # a halted node type (a permanent failure) launches nothing: its demand goes to the others
     shapes = tuple(
@@ -97,6 +113,26 @@ def demand_of(state: Any) -> Demand:
     return Demand(
         tasks=tasks, placement_groups=tuple(g for g in groups if g.bundles), requested=requested
     )
+
+
+def v1_requested(data: bytes | None) -> tuple[ShapeCount, ...]:
+    """The `request_resources()` constraint as autoscaler v1 keeps it: a JSON list of bundles
+    (`[{"CPU": 1}, {"CPU": 1}, {"GPU": 1}]`), equal ones counted together; nothing when absent
+    or unreadable (`request_resources(num_cpus=0)` writes an empty list)."""
+    try:
+        bundles = json.loads(data) if data else []
+    except ValueError:
+        return ()
+    shapes = [
+        {
+            str(k): float(v)
+            for k, v in bundle.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+        }
+        for bundle in (bundles if isinstance(bundles, list) else [])
+        if isinstance(bundle, dict)
+    ]
+    return request_resources(bundles=[s for s in shapes if s])
 
 
 def nodes_of(state: Any, spec: ClusterSpec, records: Records) -> list[CurrentNode]:

@@ -8,9 +8,11 @@ enrollment answer gave it, which ties it to its record.
 Each cluster has its own head and token (`RayReaders` keeps one reader per cluster); Ray holds
 one token per process, so each reader's calls switch to its own token first.
 
-Demand is mapped to node types simply: a pending bundle asking for a custom resource goes to the
-node type that declares it; any other bundle goes to the cluster's first node type. Constructing a
-GCS client against a dead GCS blocks for ~40 s, so a TCP connect comes first and the client is kept.
+Demand becomes workers by node type as Ray's own scheduler packs it (`raydemand`). The
+`request_resources()` constraint is in the cluster resource state only under autoscaler v2; a
+head that runs v1 (`ray start --head`'s default, ray-vast's own heads among them) keeps it in the
+GCS key-value store, read when the state has none. Constructing a GCS client against a dead GCS
+blocks for ~40 s, so a TCP connect comes first and the client is kept.
 """
 
 from __future__ import annotations
@@ -140,10 +142,16 @@ class RaySignals:
             return {}
         try:
             state = self._state()
+            # autoscaler v1 (the head's default) keeps request_resources() in the KV store
+            kept = (
+                None
+                if len(state.cluster_resource_constraints)
+                else self._gcs().internal_kv_get(raydemand.V1_REQUEST_KEY, None, timeout=5)
+            )
         except Exception as exc:
             log.warning("Ray demand of %s not read: %s", self.cluster, exc)
             return None
-        read = raydemand.reading(state, spec, records)
+        read = raydemand.reading(state, spec, records, requested=raydemand.v1_requested(kept))
         self._infeasible = read.infeasible
         return read.wanted
 

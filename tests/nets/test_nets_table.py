@@ -226,6 +226,18 @@ def test_auto_stop_keeps_min_workers() -> None:
     assert result.detections == [] and ("w1", "at-min-workers") in result.refusals
 
 
+def test_two_quiet_workers_due_in_one_pass_do_not_both_go_below_min_workers() -> None:
+    keep = spec(min_workers=1)
+    other = replace(DUE_STOP, id="w2", vast_id=(DUE_STOP.vast_id or 0) + 1)
+    for net in (idle.auto_stop, idle.auto_destroy):
+        quiet = [DUE_STOP, other]
+        if net is idle.auto_destroy:
+            quiet = [replace(w, destroy_due_at=NOW - 1) for w in quiet]
+        result = net(quiet, {keep.name: keep}, lineage=LINEAGE, now=NOW)
+        assert len(result.detections) == 1, (net.__name__, result)
+        assert [why for _, why in result.refusals] == ["at-min-workers"]
+
+
 @pytest.mark.parametrize("name", list(NETS))
 def test_destroyed_records_are_skipped_by_every_scan(name: str) -> None:
     net, firing, _, _ = NETS[name]

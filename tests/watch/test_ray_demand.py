@@ -24,7 +24,7 @@ from reconciler.model.records import (
     label_for,
 )
 from reconciler.spec.loader import load_texts
-from reconciler.watch.raydemand import reading
+from reconciler.watch.raydemand import reading, v1_requested
 from tests.scenarios.world import cluster
 
 autoscaler = pytest.importorskip("ray.core.generated.autoscaler_pb2")
@@ -221,3 +221,20 @@ def test_a_halted_node_type_launches_nothing_and_its_demand_goes_to_the_others()
     # not halted: Ray's scheduler spreads the same demand over both (its choice, not ours)
     free = reading(state(tasks=[({"CPU": 1}, 4)]), spec, Records())
     assert free.wanted[("c", "old")] > 0 and sum(free.wanted.values()) == 2
+
+
+def test_request_resources_as_autoscaler_v1_keeps_it_is_read_when_the_state_has_none() -> None:
+    kept = b'[{"CPU": 1}, {"CPU": 1}, {"CPU": 1}, {"CPU": 1}]'  # request_resources(num_cpus=4)
+    assert wanted_with(kept) == 2
+    # the state's own constraint wins; nothing, garbage or an empty request asks for nothing
+    read = reading(
+        state(requested=[({"CPU": 1}, 2)]), SPEC, Records(), requested=v1_requested(kept)
+    )
+    assert read.wanted[("c", "gpu")] == 1
+    for junk in (None, b"", b"[]", b"not json", b'{"CPU": 1}', b'[{"CPU": "x"}, 7]'):
+        assert wanted_with(junk) == 0, junk
+
+
+def wanted_with(kept: bytes | None) -> int:
+    read = reading(state(), SPEC, Records(), requested=v1_requested(kept))
+    return read.wanted[("c", "gpu")]

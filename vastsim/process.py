@@ -76,6 +76,9 @@ IDLE = "exec sleep infinity"
 
 
 MARKER = "VASTSIM_CONTAINER"
+# Ray's fixed default ports (GCS, dashboard, client server, dashboard agent): a Ray in a container
+# takes them for itself whatever ports it is told, so no published port is one of them.
+RESERVED = frozenset({6379, 8265, 10001, 52365, 52366})
 
 CLONE_NEWPID = 0x20000000
 # util-linux unshare(1) run as PID 1 of the new PID namespace: a private mount namespace with a
@@ -129,16 +132,22 @@ class ProcessRunner:
     # -- ports --------------------------------------------------------------------------------
 
     def allocate_ports(self, instance_id: int, wanted: list[str]) -> dict[str, int]:
-        """Free local ports, one per wanted container port (bound together so they differ)."""
+        """Free local ports, one per wanted container port (bound together so they differ),
+        never one of Ray's fixed defaults (`RESERVED`): a worker that is told to use one would
+        find its own Ray wanting it for something else."""
         held: list[socket.socket] = []
         out: dict[str, int] = {}
         try:
             for key in wanted:
                 kind = socket.SOCK_DGRAM if key.endswith("/udp") else socket.SOCK_STREAM
-                sock = socket.socket(socket.AF_INET, kind)
-                held.append(sock)
-                sock.bind(("127.0.0.1", 0))
-                out[key] = int(sock.getsockname()[1])
+                while True:
+                    sock = socket.socket(socket.AF_INET, kind)
+                    held.append(sock)  # a reserved one stays held: the next draw differs
+                    sock.bind(("127.0.0.1", 0))
+                    port = int(sock.getsockname()[1])
+                    if port not in RESERVED:
+                        break
+                out[key] = port
         finally:
             for sock in held:
                 sock.close()

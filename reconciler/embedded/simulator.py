@@ -55,8 +55,7 @@ def start(state_dir: Path, *, env: Mapping[str, str], market: str | None = None)
         "serve",
         "--port",
         "0",
-        "--api-key",
-        key,
+        f"--api-key={key}",  # one word: a key may begin with "-" (token_urlsafe), 1 in 32
         "--runner",
         "process",
         "--workdir",

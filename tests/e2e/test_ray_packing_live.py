@@ -130,7 +130,8 @@ def test_six_one_cpu_tasks_on_two_core_workers_rent_three(tmp_path: Path) -> Non
             check=False,
         )
         assert "RAN ON" in ran.stdout, ran.stdout + ran.stderr
-        containers = json.loads(ran.stdout.split("RAN ON", 1)[1].strip())
+        # the rest of the driver's line (Ray may print warnings after it)
+        containers = json.loads(ran.stdout.split("RAN ON", 1)[1].splitlines()[0])
         entries = [
             json.loads(line) for line in (state / "ledger.jsonl").read_text().split("\n")[:-1]
         ]

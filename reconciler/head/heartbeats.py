@@ -69,8 +69,12 @@ def heartbeat(
 
 def busy(beat: Heartbeat) -> bool:
     """Whether a sample shows traffic (DESIGN.md: GPU or CPU utilisation or network bytes above a
-    small threshold; any one of them is enough)."""
-    if (beat.cpu_fraction or 0.0) >= CPU_BUSY or (beat.gpu_fraction or 0.0) >= GPU_BUSY:
+    small threshold; any one of them is enough). The CPU figure is the container's own (its
+    cgroup), so a busy neighbour on the host is not our traffic. GPU memory counts by its
+    activity, not its occupancy: an idle Ray worker process keeps the memory its last task's
+    framework cached, and a kept allocation would hold a quiet machine's bill open forever."""
+    gpu = max(beat.gpu_fraction or 0.0, beat.gpu_memory_activity or 0.0)
+    if (beat.cpu_fraction or 0.0) >= CPU_BUSY or gpu >= GPU_BUSY:
         return True
     seconds = beat.sample_seconds
     if not seconds:

@@ -225,6 +225,14 @@ class Heartbeat:
     net_tx_bytes: int | None
     gpu_fraction: float | None
     received_at: float = 0.0
+    # Newer fields, absent from an older agent's sample: the busiest GPU's memory-controller
+    # activity (NVML's utilization.memory: the share of time device memory was read or written),
+    # the fullest GPU's memory in use (occupancy, shown, not traffic), and where CPU and GPU
+    # figures came from ("cgroup" or "host"; "nvml" or "nvidia-smi").
+    gpu_memory_activity: float | None = None
+    gpu_memory_fraction: float | None = None
+    cpu_source: str | None = None
+    gpu_source: str | None = None
 
     @classmethod
     def of(cls, doc: Mapping[str, Any], *, received_at: float) -> Heartbeat:
@@ -250,6 +258,10 @@ class Heartbeat:
             net_tx_bytes=use["net_tx_bytes"],
             gpu_fraction=use["gpu_fraction"],
             received_at=received_at,
+            gpu_memory_activity=use.get("gpu_memory_activity"),
+            gpu_memory_fraction=use.get("gpu_memory_fraction"),
+            cpu_source=use.get("cpu_source"),
+            gpu_source=use.get("gpu_source"),
         )
 
 

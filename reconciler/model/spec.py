@@ -89,6 +89,10 @@ class NodeType:
     ray_labels: Mapping[str, str]
     shape: NodeShape
     declared_resources: Mapping[str, float] = field(default_factory=dict)
+    # The node type's own money-chain windows (None: the cluster's watchdogs); read them through
+    # `ClusterSpec.idle_windows`.
+    idle_stop_after_seconds: int | None = None
+    idle_destroy_after_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -196,3 +200,16 @@ class ClusterSpec:
     allow_short_thresholds: bool
     source: SourceRef = field(compare=False)
     digest: str = ""
+
+    def idle_windows(self, node_type: str) -> tuple[int, int]:
+        """(stop after, destroy after) quiet seconds for a worker of this node type: its own
+        windows where declared (Ray users tune idle per worker group, as KubeRay's
+        idleTimeoutSeconds), else the cluster's; a type no longer declared gets the cluster's."""
+        w = self.watchdogs
+        declared = self.node_types.get(node_type)
+        if declared is None:
+            return w.idle_stop_after_seconds, w.idle_destroy_after_seconds
+        return (
+            declared.idle_stop_after_seconds or w.idle_stop_after_seconds,
+            declared.idle_destroy_after_seconds or w.idle_destroy_after_seconds,
+        )

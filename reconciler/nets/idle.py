@@ -1,15 +1,17 @@
 """The money chain: the idle scanner, auto-stop and auto-destroy (30 s cadence each).
 
 The scanner reads a short live utilisation sample per machine (`busy`: the agent's sample and
-Ray's view of the node; None when there is no sample). Quiet arms both timers together; the stop
-timer falls due first, so the reversible action comes first. Any traffic clears both timers, with
-no condition at all: whatever the recorded state, phase, intent or ownership, an observed sample of
-work clears them (DESIGN.md rule 2). Arming and acting are gated; clearing never is.
+Ray's view of the node, either one showing work is traffic, `traffic`; None when there is no
+sample). The windows are the node type's own where it declares them, else the cluster's. Quiet
+arms both timers together; the stop timer falls due first, so the reversible action comes
+first. Any traffic clears both timers, with no condition at all: whatever the recorded state,
+phase, intent or ownership, an observed sample of work clears them (DESIGN.md rule 2). Arming
+and acting are gated; clearing never is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import replace
 
 from reconciler.model.records import (
@@ -26,6 +28,30 @@ from reconciler.nets.reaper import Gate, refusal
 
 STOP = "idle_stop"
 DESTROY = "idle_destroy"
+
+
+def traffic(ray: bool | None, agent: bool | None, *, ray_reads: bool) -> bool | None:
+    """One verdict from the two sources of a machine (DESIGN.md 5): Ray's view of its node
+    (leased resources, actors, placement-group bundles) and the agent's live sample (GPU, the
+    container's CPU, network). Either one showing work is traffic. Quiet needs Ray's word where
+    Ray is read: an idle actor holding state uses no CPU, so a quiet sample alone does not make
+    a node of a Ray-read cluster quiet while its Ray view is unknown. Where Ray is not read (no
+    reader for the cluster) the sample decides; None is "no sample", never "quiet"."""
+    if ray or agent:
+        return True
+    return ray if ray_reads else agent
+
+
+def traffic_by_record(
+    ray: Mapping[str, bool | None],
+    agents: Mapping[str, bool | None],
+    ray_reads: Container[str],
+) -> dict[str, bool | None]:
+    """`traffic` per record; `ray_reads`: the records whose cluster's Ray is read."""
+    return {
+        rid: traffic(ray.get(rid), agents.get(rid), ray_reads=rid in ray_reads)
+        for rid in set(ray) | set(agents)
+    }
 
 
 def scan(
@@ -49,12 +75,8 @@ def scan(
             continue
         if record.managed_by != lineage or record.held(now) or record.stop_due_at is not None:
             continue
-        w = spec.watchdogs
-        timed = replace(
-            record,
-            stop_due_at=now + w.idle_stop_after_seconds,
-            destroy_due_at=now + w.idle_destroy_after_seconds,
-        )
+        stop_after, destroy_after = spec.idle_windows(record.node_type)
+        timed = replace(record, stop_due_at=now + stop_after, destroy_due_at=now + destroy_after)
         result.updates[record.id] = went_quiet(timed, now)
     return result
 

@@ -81,6 +81,8 @@ def node_type(name: str, body: dict[str, Any], *, cluster: str) -> NodeType:
         declared_resources=MappingProxyType(
             {k: float(v) for k, v in (declared_resources or {}).items()}
         ),
+        idle_stop_after_seconds=body.get("idle_stop_after_seconds"),
+        idle_destroy_after_seconds=body.get("idle_destroy_after_seconds"),
     )
 
 

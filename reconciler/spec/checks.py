@@ -96,18 +96,41 @@ def check_testing(
         )
 
 
+def _check_idle_order(
+    stop: int, destroy: int, at: JsonPath, positions: Positions, diags: Diagnostics, *, which: str
+) -> None:
+    if destroy <= stop:
+        diags.error(
+            f"idle_destroy_after_seconds ({destroy}) must be after "
+            f"idle_stop_after_seconds ({stop}){which}",
+            positions.at(at),
+            detail="stop is reversible and destroy is not, so stop must come first",
+        )
+
+
 def check_timers(
     cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
 ) -> None:
     w = cluster.watchdogs
     base: JsonPath = ("spec", "watchdogs")
-    if w.idle_destroy_after_seconds <= w.idle_stop_after_seconds:
-        diags.error(
-            f"idle_destroy_after_seconds ({w.idle_destroy_after_seconds}) must be after "
-            f"idle_stop_after_seconds ({w.idle_stop_after_seconds})",
-            positions.at((*base, "idle_destroy_after_seconds")),
-            detail="stop is reversible and destroy is not, so stop must come first",
-        )
+    _check_idle_order(
+        w.idle_stop_after_seconds,
+        w.idle_destroy_after_seconds,
+        (*base, "idle_destroy_after_seconds"),
+        positions,
+        diags,
+        which="",
+    )
+    for name, node_type in cluster.node_types.items():
+        if node_type.idle_stop_after_seconds or node_type.idle_destroy_after_seconds:
+            stop, destroy = cluster.idle_windows(name)
+            key = (
+                "idle_destroy_after_seconds"
+                if node_type.idle_destroy_after_seconds
+                else "idle_stop_after_seconds"
+            )
+            at: JsonPath = ("spec", "node_types", name, key)
+            _check_idle_order(stop, destroy, at, positions, diags, which=f" (node type {name})")
     for name in ("worker_gives_up_after_seconds", "went_silent_after_seconds"):
         value = getattr(w, name)
         if value <= 2 * w.heartbeat_interval_seconds:

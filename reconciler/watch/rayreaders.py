@@ -22,6 +22,7 @@ from typing import TypeVar
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
+from reconciler.nets import idle
 from reconciler.watch.controller import AgentSignals, Signals
 
 log = logging.getLogger("ray_vast")
@@ -130,12 +131,14 @@ class RayReaders:
         return out
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
-        out: dict[str, bool | None] = {}
+        """Traffic from both sources (DESIGN.md 5): Ray's view of each node where its cluster has
+        a reader, and every agent's own live sample; either one showing work is traffic."""
+        ray: dict[str, bool | None] = {}
         for name, reader in self.readers.items():
             part = self._ask(name, "busy", reader.busy, records, now)
-            out.update(_own(part or {}, records, {name}))
-        out.update(_own(self.fallback.busy(records, now), records, self._readerless(records)))
-        return out
+            ray.update(_own(part or {}, records, {name}))
+        read = {r.id for r in records.instances.values() if r.cluster in self.readers}
+        return idle.traffic_by_record(ray, self.fallback.busy(records, now), read)
 
     def probes(self, records: Records) -> Mapping[str, bool]:
         out: dict[str, bool] = {}

@@ -160,24 +160,19 @@ class RaySignals:
         return {self.cluster: self._infeasible} if self._infeasible else {}
 
     def _busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
+        """Ray's half of the idle scanner's traffic, for the records Ray has a node of (the
+        agent's sample is the other half, `RayReaders.busy`)."""
         try:
             state = self._state()
             nodes = self._records_by_node()
         except Exception as exc:
             log.warning("Ray node usage of %s not read: %s", self.cluster, exc)
             return {}
-        by_node = {bytes(n.node_id).hex(): n for n in state.node_states}
-        out: dict[str, bool | None] = {}
-        for node_id, record_id in nodes.items():
-            node = by_node.get(node_id)
-            if node is not None:
-                out[record_id] = node.status != IDLE
-        return out
+        return dict(_node_work(state, nodes))
 
     def _work(self, records: Records) -> Mapping[str, bool] | None:
-        """Ray's view of work per record: a node Ray does not report IDLE has leased resources,
-        actors or placement-group bundles on it (autoscaler v2's node status); a dead or unknown
-        node holds no work."""
+        """Ray's view of work per record (reaper gate 3); a live record Ray has no node of holds
+        no work."""
         try:
             state = self._state()
             nodes = self._records_by_node()
@@ -186,10 +181,7 @@ class RaySignals:
             return None
         # every live record of this reader's cluster: no live node of it holds no work
         out = {r.id: False for r in records.live_instances(self.cluster)}
-        for node in state.node_states:
-            record_id = nodes.get(bytes(node.node_id).hex())
-            if record_id is not None:
-                out[record_id] = node.status not in (IDLE, DEAD)
+        out.update(_node_work(state, nodes))
         return out
 
     def _drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
@@ -266,3 +258,16 @@ class RaySignals:
             for nid, n in nodes.items()
             if "rv_record" in n.labels and n.state == ALIVE
         }
+
+
+def _node_work(state: Any, nodes: Mapping[str, str]) -> dict[str, bool]:
+    """Per record Ray has a node of: whether Ray reports work there. A node that autoscaler v2
+    does not call IDLE has leased resources, actors or placement-group bundles on it; a DEAD one
+    holds none. A record with several nodes (Ray restarted on a resumed worker leaves the old
+    node DEAD in the table) has work when any of them has."""
+    out: dict[str, bool] = {}
+    for node in state.node_states:
+        record_id = nodes.get(bytes(node.node_id).hex())
+        if record_id is not None:
+            out[record_id] = out.get(record_id, False) or node.status not in (IDLE, DEAD)
+    return out

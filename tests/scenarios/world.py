@@ -20,7 +20,10 @@ from bench.harness import Fleet
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import Intent, Records, Role, parse_label
 from reconciler.model.spec import ClusterSpec
+from reconciler.nets import idle
 from reconciler.spec.loader import load_texts
+from reconciler.watch.controller import AgentSignals
+from reconciler.watch.rayreaders import RayReaders
 
 H = 3600.0
 M = 60.0
@@ -178,10 +181,11 @@ class Signals:
         return self.demand_at(now) if self.readable(now) else None
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
-        return {
-            r.id: (r.sample_busy if r.sample_at and now - r.sample_at <= 90 else None)
-            for r in records.instances.values()
-        }
+        """Traffic from both sources, as `watch` composes them (`RayReaders.busy`): Ray's view
+        of work where Ray can be read, and the agents' own samples."""
+        ray = self.work_at(now, records) if self.work_at and self.readable(now) else {}
+        read = set(records.instances) if self.work_at else set()
+        return idle.traffic_by_record(ray, AgentSignals().busy(records, now), read)
 
     def probes(self, records: Records) -> Mapping[str, bool]:
         return {}
@@ -209,3 +213,21 @@ class Signals:
         if self.drained is None:
             self.drained = []
         self.drained.extend(record_ids)
+
+
+@dataclass
+class RayView(Signals):
+    """One cluster's Ray reader as a scenario scripts it, read the way `watch` reads Ray: through
+    `RayReaders` (`read_by_ray`), whose `busy` is Ray's view of the nodes and the agents' own
+    samples together. Its own `busy` is Ray's half only, as `RaySignals` answers."""
+
+    def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
+        if self.work_at is None or not self.readable(now):
+            return {}
+        return self.work_at(now, records)
+
+
+def read_by_ray(fleet: Fleet, views: Mapping[str, Signals]) -> RayReaders:
+    """The controller's signals as `watch` builds them: one reader per cluster (`views`, by
+    cluster name), the agents' samples for the rest."""
+    return RayReaders(fleet.controller.specs, make=lambda spec: views.get(spec.name))

@@ -24,7 +24,7 @@ from reconciler.model.observed import Instance
 from reconciler.model.records import Alert, BreakerState, InstanceRecord, Records, parse_label
 from reconciler.model.spec import ClusterSpec
 
-FORMAT_VERSION = "1.2"
+FORMAT_VERSION = "1.3"
 # The human view shows a cluster's newest alerts; `--json` has every one.
 ALERTS_SHOWN = 10
 
@@ -123,6 +123,12 @@ def _instance(
         "pinned_until": record.pinned_until,
         "held": record.held(now),
         "held_because": because,
+        # The money chain (1.3): when the quiet worker's stop and destroy fall due (None: not
+        # armed), and the agent's last sample (when, and whether it showed traffic).
+        "stop_due_at": record.stop_due_at,
+        "destroy_due_at": record.destroy_due_at,
+        "sample_at": record.sample_at,
+        "sample_busy": record.sample_busy if record.sample_at is not None else None,
     }
 
 
@@ -242,8 +248,11 @@ def human(view: dict[str, Any]) -> str:
 
 def _holds(instance: Mapping[str, Any], now: float) -> list[str]:
     """Why work holds a machine, as the row's flags: `pinned: ray work`, `pinned by alice until
-    14:05 UTC`, `pinned by alice`; an ended pin is shown as ended (it holds nothing)."""
-    out = []
+    14:05 UTC`, `pinned by alice`; an ended pin is shown as ended (it holds nothing). A quiet
+    worker shows when the money chain stops and destroys it (`quiet: stop 14:05 UTC, destroy
+    14:25 UTC`; a stopped one only the destroy), so nobody has to guess why a machine is
+    still billing or when it will end."""
+    out = _money_chain(instance, now)
     if instance["pinned"]:
         out.append("pinned: ray work")
     by, until = instance.get("pinned_by"), instance.get("pinned_until")
@@ -255,6 +264,17 @@ def _holds(instance: Mapping[str, Any], now: float) -> list[str]:
         else:
             out.append(f"pin by {by} ended {_clock_time(until, now)}")
     return out
+
+
+def _money_chain(instance: Mapping[str, Any], now: float) -> list[str]:
+    stop, destroy = instance.get("stop_due_at"), instance.get("destroy_due_at")
+    if destroy is None:
+        return []
+    if instance.get("intent") == "stopped" or instance.get("phase") in ("stopped", "stopping"):
+        return [f"stopped: destroy {_clock_time(destroy, now)}"]
+    if stop is None:
+        return [f"destroy {_clock_time(destroy, now)}"]
+    return [f"quiet: stop {_clock_time(stop, now)}, destroy {_clock_time(destroy, now)}"]
 
 
 def _breaker_worth(breaker: Mapping[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.model import rayversions
-from reconciler.model.records import Alert, BreakerState, Halt, Phase, Records, Role
+from reconciler.model.records import Alert, BreakerState, Halt, Intent, Phase, Records, Role
 from reconciler.views import status
 from tests.planning.builders import LINEAGE, NOW, OTHER_LINEAGE, record, row, spec
 
@@ -43,6 +43,19 @@ def situation() -> tuple[Records, list[Any]]:
             **serving,
         ),
         "i6": record("i6", vast_id=106, **serving),
+        "i7": record(
+            "i7", vast_id=107, stop_due_at=NOW + 300, destroy_due_at=NOW + 1500, **serving
+        ),
+        "i8": record(
+            "i8",
+            vast_id=108,
+            role=Role.WORKER,
+            phase=Phase.STOPPED,
+            intent=Intent.STOPPED,
+            request=None,
+            stop_due_at=NOW - 300,
+            destroy_due_at=NOW + 900,
+        ),
     }
     records = Records(
         instances=instances,
@@ -89,6 +102,8 @@ def test_each_instance_says_whether_it_is_held_and_why() -> None:
         "i4": (False, []),  # the pin ended a minute ago
         "i5": (True, ["ray_work", "person"]),
         "i6": (False, []),
+        "i7": (False, []),
+        "i8": (False, []),
     }
     assert (rows["i2"]["pinned_by"], rows["i2"]["pinned_until"]) == ("alice@box", NOW + 2 * HOUR)
     text = status.human(view())
@@ -99,6 +114,11 @@ def test_each_instance_says_whether_it_is_held_and_why() -> None:
     assert line["i4"].endswith("[pin by carol@box ended 07:59 UTC]")
     assert line["i5"].endswith("[pinned: ray work] [pinned by dan@box until 2027-01-16 14:00 UTC]")
     assert line["i6"].endswith("/h")
+    # the money chain's timers: when a quiet worker stops and ends, and when a stopped one ends
+    assert line["i7"].endswith("[quiet: stop 08:05 UTC, destroy 08:25 UTC]")
+    assert line["i8"].endswith("[stopped: destroy 08:15 UTC]")
+    assert (rows["i7"]["stop_due_at"], rows["i7"]["destroy_due_at"]) == (NOW + 300, NOW + 1500)
+    assert rows["i6"]["stop_due_at"] is None and rows["i6"]["sample_busy"] is None
 
 
 def test_alerts_and_breakers_are_shown_with_their_cluster() -> None:
@@ -153,9 +173,9 @@ def test_the_human_view_shows_a_clusters_newest_alerts_and_counts_the_rest() -> 
     assert len(payload["clusters"][0]["alerts"]) == 13  # --json has every one
 
 
-def test_json_is_version_1_2_and_keeps_every_earlier_field() -> None:
+def test_json_is_version_1_3_and_keeps_every_earlier_field() -> None:
     payload = view()
-    assert payload["format_version"] == "1.2"
+    assert payload["format_version"] == "1.3"
     v11_breaker = {"node_type", "paused", "paused_until", "consecutive_empty", "trips_after"}
     for cluster in payload["clusters"]:
         for breaker in cluster["breakers"]:

@@ -54,13 +54,15 @@ SAMPLE = textwrap.dedent(
         os.rename("sample.tmp", "sample.json")
     """
 )
-# A: one busy loop per CPU it may use (children of PID 1, so in its cgroup), then the sample
+# A: two busy loops per CPU it may use (children of PID 1, so in its cgroup), then the sample.
+# Two, so that A keeps most of the CPUs when something else on the machine wants one too (the
+# kernel shares a contended CPU between processes, not containers).
 BURNER = SAMPLE + textwrap.dedent(
     """
     import subprocess, sys
     burners = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(len(os.sched_getaffinity(0)))
+        for _ in range(2 * len(os.sched_getaffinity(0)))
     ]
     time.sleep(0.5)  # the burners are running
     open("burning", "w").close()

@@ -45,6 +45,16 @@ their outgoing connections to it (on vast the host's NAT does that), so a server
 which instance is calling. Linux routes the whole 127.0.0.0/8 to `lo`, so binding any of them
 needs no configuration, in a loopback-only network namespace too.
 
+A container also has a CPU-accounting cgroup of its own when the machine allows it (root, and a
+writable cgroup hierarchy: the v1 `cpuacct` one when the runner's /proc/self/cgroup lists it, as
+the agent reads that one first, else the v2 unified one): `<its mount>/<the runner's own
+cgroup>/vastsim/<instance>-<runner>.<boot>`, made before the container starts, entered by PID 1
+between fork and exec (so every process of the container is born in it), and removed when the
+container has ended (destroy, stop, exit; whatever is still in it then is killed first; shutdown
+removes them all). A real vast container sees its cgroup, and the agent's sample reads its own CPU
+from it; ours now does too. Where no cgroup can be made the container runs without one (logged
+once); a container never fails for it.
+
 stdout and stderr go to `<workdir>/<instance id>/container.log` (served by request_logs); the
 container's working directory and `DATA_DIRECTORY` is `<workdir>/<instance id>/workspace`.
 """
@@ -94,6 +104,7 @@ class _Group:
     boot: int
     marker: str
     namespace: str | None  # PID 1's PID namespace ("pid:[...]"); None without namespaces
+    cgroup: Path | None = None  # the container's CPU-accounting cgroup; None without one
     kill_at: float | None = None  # monotonic time to escalate a stop to SIGKILL
 
 
@@ -128,6 +139,9 @@ class ProcessRunner:
         self._live: dict[int, _Group] = {}
         self._dying: dict[int, list[_Group]] = {}
         self._lock = threading.RLock()
+        self._cgroup_base = cgroup_base()
+        self._cgroups_left: list[Path] = []  # ended containers' cgroups not yet removed
+        self._cgroup_warned = False
 
     # -- ports --------------------------------------------------------------------------------
 
@@ -174,14 +188,24 @@ class ProcessRunner:
         argv = command(spec)
         with self._lock:
             self._kill_live(spec.instance_id)
-            with open(self.log_path(spec.instance_id), "ab") as out:
-                if self.contained:
-                    proc = _popen_contained(argv, workspace, env, out)
-                    namespace = _namespace(proc.pid)
-                else:
-                    proc = _popen(argv, workspace, env, out)
-                    namespace = None
-            self._live[spec.instance_id] = _Group(proc, spec.boot, marker, namespace)
+            cgroup = self._make_cgroup(f"{spec.instance_id}-{self._token}.{spec.boot}")
+            procs = _open_procs(cgroup)
+            try:
+                with open(self.log_path(spec.instance_id), "ab") as out:
+                    if self.contained:
+                        proc = _popen_contained(argv, workspace, env, out, procs)
+                        namespace = _namespace(proc.pid)
+                    else:
+                        proc = _popen(argv, workspace, env, out, procs)
+                        namespace = None
+            except BaseException:
+                self._remove_cgroup(cgroup)
+                raise
+            finally:
+                if procs is not None:
+                    os.close(procs)
+            group = _Group(proc, spec.boot, marker, namespace, cgroup)
+            self._live[spec.instance_id] = group
 
     def stop(self, instance_id: int, now: float) -> None:
         """docker stop: TERM to the group, KILL after `stop_grace` seconds (in `step`)."""
@@ -203,6 +227,8 @@ class ProcessRunner:
             for group in groups:
                 _end_group(group)
             _kill_marked(f"{self._token}.{instance_id}.")
+            for group in groups:
+                self._remove_cgroup(group.cgroup)
 
     def signal(self, instance_id: int, sig: int, now: float) -> bool:
         """A signal to PID 1 only (the simulator filters which ones get here)."""
@@ -221,6 +247,7 @@ class ProcessRunner:
             for instance_id, group in list(self._live.items()):
                 if group.proc.poll() is not None:
                     _end_group(group)
+                    self._remove_cgroup(group.cgroup)
                     del self._live[instance_id]
                     exited.append(instance_id)
             for instance_id, groups in list(self._dying.items()):
@@ -229,15 +256,19 @@ class ProcessRunner:
                     self._dying[instance_id] = remaining
                 else:
                     del self._dying[instance_id]
+            if self._cgroups_left:
+                self._cgroups_left = [c for c in self._cgroups_left if not _rmdir_cgroup(c, 1)]
         return exited
 
     def _settle(self, group: _Group) -> bool:
         """True when a stopping container is gone; KILL it once its grace has run out."""
         if group.proc.poll() is not None and not _members(group):
             _kill_marked(group.marker)
+            self._remove_cgroup(group.cgroup)
             return True
         if group.kill_at is not None and time.monotonic() >= group.kill_at:
             _end_group(group)
+            self._remove_cgroup(group.cgroup)
             return True
         return False
 
@@ -245,6 +276,34 @@ class ProcessRunner:
         group = self._live.pop(instance_id, None)
         if group is not None:
             _end_group(group)
+            self._remove_cgroup(group.cgroup)
+
+    # -- cgroups ------------------------------------------------------------------------------
+
+    def cgroup(self, instance_id: int) -> Path | None:
+        """The CPU-accounting cgroup directory of the instance's running container, if any."""
+        with self._lock:
+            group = self._live.get(instance_id)
+            return None if group is None else group.cgroup
+
+    def _make_cgroup(self, name: str) -> Path | None:
+        if self._cgroup_base is None:
+            return None
+        path = self._cgroup_base / name
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if not self._cgroup_warned:
+                self._cgroup_warned = True
+                log.warning("vastsim: containers run without a cgroup of their own (%s)", exc)
+            return None
+        return path
+
+    def _remove_cgroup(self, path: Path | None) -> None:
+        """Remove an ended container's cgroup (killing what is still in it); retried in `step`
+        and `shutdown` while the kernel still counts a process in it."""
+        if path is not None and not _rmdir_cgroup(path) and path not in self._cgroups_left:
+            self._cgroups_left.append(path)
 
     def next_wakeup(self) -> float | None:
         return None
@@ -297,6 +356,16 @@ class ProcessRunner:
         with self._lock:
             for instance_id in set(self._live) | set(self._dying):
                 self.destroy(instance_id, 0.0)
+            deadline = time.monotonic() + 5.0
+            while self._cgroups_left and time.monotonic() < deadline:
+                self._cgroups_left = [c for c in self._cgroups_left if not _rmdir_cgroup(c)]
+                if self._cgroups_left:
+                    time.sleep(0.02)
+            for path in self._cgroups_left:
+                log.warning("vastsim: could not remove the cgroup %s", path)
+            if self._cgroup_base is not None:
+                with contextlib.suppress(OSError):  # another runner's containers may be in it
+                    self._cgroup_base.rmdir()
 
 
 def command(spec: ContainerSpec) -> list[str]:
@@ -372,8 +441,13 @@ def _libc_unshare() -> Callable[[int], int]:
 
 
 def _popen(
-    argv: list[str], cwd: Path, env: Mapping[str, str], out: IO[bytes] | int
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    out: IO[bytes] | int,
+    procs: int | None = None,
 ) -> subprocess.Popen[bytes]:
+    """`procs`: an open `cgroup.procs` that the child writes itself into before it execs."""
     return subprocess.Popen(
         argv,
         cwd=cwd,
@@ -382,11 +456,28 @@ def _popen(
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=None if procs is None else _enter_cgroup(procs),  # noqa: PLW1509
     )
 
 
+def _enter_cgroup(procs: int) -> Callable[[], None]:
+    """The pre-exec step that moves the child into a cgroup: "0" written to `cgroup.procs` is
+    the writer itself (v1 and v2). One write to an fd opened before the fork: nothing that could
+    take a lock in the forked child; a failure leaves the container outside, never unstarted."""
+
+    def enter() -> None:
+        with contextlib.suppress(OSError):
+            os.write(procs, b"0")
+
+    return enter
+
+
 def _popen_contained(
-    argv: list[str], cwd: Path, env: Mapping[str, str], out: IO[bytes] | int
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    out: IO[bytes] | int,
+    procs: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """`_popen` as PID 1 of a new PID namespace (see the module docstring). The thread that
     unshares ends with the call, so no other child of this process lands in the namespace."""
@@ -400,7 +491,7 @@ def _popen_contained(
             if unshare(CLONE_NEWPID) != 0:
                 code = ctypes.get_errno()
                 raise OSError(code, f"unshare(CLONE_NEWPID): {os.strerror(code)}")
-            started.append(_popen([_unshare_tool[0], *SHIM, *argv], cwd, env, out))
+            started.append(_popen([_unshare_tool[0], *SHIM, *argv], cwd, env, out, procs))
         except BaseException as exc:  # handed to the caller's thread
             failed.append(exc)
 
@@ -528,3 +619,118 @@ def _end_group(group: _Group) -> None:
         _killpg(proc.pid, signal.SIGKILL)
         _kill_marked(group.marker)
         time.sleep(0.01)
+
+
+# -- CPU-accounting cgroups -------------------------------------------------------------------
+
+CGROUP_DIR = "vastsim"
+_cgroup_lock = threading.Lock()
+_cgroup_probed: list[Path | None] = []
+
+
+def cgroup_base() -> Path | None:
+    """Where this process makes its containers' cgroups (`.../vastsim`), or None where it
+    cannot. Probed once per process and logged once."""
+    with _cgroup_lock:
+        if not _cgroup_probed:
+            base, why = _probe_cgroup()
+            if base is None:
+                log.info("vastsim: containers get no cgroup of their own (%s)", why)
+            _cgroup_probed.append(base)
+        return _cgroup_probed[0]
+
+
+def _probe_cgroup() -> tuple[Path | None, str]:
+    if not sys.platform.startswith("linux"):
+        return None, f"not Linux ({sys.platform})"
+    try:
+        own = Path("/proc/self/cgroup").read_text()
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    except OSError as exc:
+        return None, str(exc)
+    where = cgroup_hierarchy(own, mountinfo)
+    if where is None:
+        return None, "no cpuacct (v1) or unified (v2) cgroup hierarchy is mounted"
+    base = where / CGROUP_DIR
+    try:
+        base.mkdir(exist_ok=True)
+    except OSError as exc:
+        return None, f"cannot make {base}: {exc}"
+    if not os.access(base, os.W_OK):
+        return None, f"{base} is not writable"
+    return base, ""
+
+
+def cgroup_hierarchy(own: str, mountinfo: str) -> Path | None:
+    """The directory of this process's own cgroup in the hierarchy that counts CPU (the v1
+    `cpuacct` one when /proc/self/cgroup lists it, as the agent's sample reads that one first;
+    else the v2 one), below its mount in /proc/self/mountinfo."""
+    v1: str | None = None
+    v2: str | None = None
+    for line in own.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        elif "cpuacct" in parts[1].split(","):
+            v1 = parts[2]
+    version, path = (1, v1) if v1 is not None else (2, v2)
+    if path is None:
+        return None
+    for line in mountinfo.splitlines():
+        head, _, tail = line.partition(" - ")
+        fields, after = head.split(), tail.split()
+        if len(fields) < 5 or not after:
+            continue
+        if version == 1:
+            if after[0] != "cgroup" or "cpuacct" not in (after[2:3] or [""])[0].split(","):
+                continue
+        elif after[0] != "cgroup2":
+            continue
+        root = fields[3].rstrip("/")
+        if root and path != root and not path.startswith(root + "/"):
+            continue
+        return Path(fields[4].replace("\\040", " ")) / path[len(root) :].strip("/")
+    return None
+
+
+def _open_procs(cgroup: Path | None) -> int | None:
+    if cgroup is None:
+        return None
+    try:
+        return os.open(cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def cgroup_pids(cgroup: Path) -> list[int]:
+    """The processes in a cgroup (host pids), from its `cgroup.procs`."""
+    try:
+        text = (cgroup / "cgroup.procs").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split() if p.isdigit()]
+
+
+def _rmdir_cgroup(cgroup: Path, attempts: int = 50) -> bool:
+    """Remove an ended container's cgroup: kill what is still in it, then rmdir (which the
+    kernel refuses while a process, a dying one too, is counted in it). False while the kernel
+    still refuses (EBUSY: try again later); True once it is gone, or when it cannot ever be
+    removed (said once here: a container that made cgroups of its own below it, say)."""
+    for attempt in range(attempts):
+        try:
+            cgroup.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                log.warning("vastsim: cannot remove the cgroup %s: %s", cgroup, exc)
+                return True
+        for pid in cgroup_pids(cgroup):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if attempt + 1 < attempts:
+            time.sleep(0.01)
+    return False

@@ -17,8 +17,9 @@ import pytest
 from reconciler.head.agentsource import AgentBundle
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ["bootloader", "config", "cores", "ending", "identity", "lifecycle", "main", "messages",
-           "raynode", "rayversion", "sampling", "transport", "watchdog"]  # fmt: skip
+MODULES = ["bootloader", "config", "cores", "ending", "gpus_sample", "identity", "lifecycle",
+           "main", "messages", "raynode", "rayversion", "sampling", "transport",
+           "watchdog"]  # fmt: skip
 
 PROBE = """
 import importlib, json, sys

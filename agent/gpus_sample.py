@@ -1,12 +1,16 @@
-"""The GPUs' part of the heartbeat's sample: the busiest GPU's utilisation and the fullest GPU's
-memory, from NVML, else from nvidia-smi, else nothing.
+"""The GPUs' part of the heartbeat's sample: the busiest GPU's utilisation and memory activity
+and the fullest GPU's memory, from NVML, else from nvidia-smi, else nothing.
+
+Memory activity (NVML's `utilization.memory`: the share of the last sample period in which device
+memory was read or written) is work; memory merely held is not (an idle Ray worker keeps what its
+last task's framework cached), so the head counts the first as traffic and only shows the second.
 
 One busy GPU of eight is work, so the sample is the maximum over GPUs, not the mean. NVML
 (`libnvidia-ml.so.1`, which the NVIDIA container runtime puts in every GPU container) is read
 through ctypes: initialised once per `GpuSampler`, and any failure (no library, no driver, an
-error code) falls back to `nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total`, and
-any failure of that to nulls. Nothing here raises. `load_nvml` is injectable so tests can hand in
-a fake library of ctypes callbacks; `parse_smi` is a pure function of nvidia-smi's output.
+error code) falls back to nvidia-smi (`SMI_QUERY`), and any failure of that to nulls. Nothing
+here raises. `load_nvml` is injectable so tests can hand in a fake library of ctypes callbacks;
+`parse_smi` is a pure function of nvidia-smi's output.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 NVML_SUCCESS = 0
-SMI_QUERY = "--query-gpu=utilization.gpu,memory.used,memory.total"
+SMI_QUERY = "--query-gpu=utilization.gpu,utilization.memory,memory.used,memory.total"
 
 
 class NvmlUtilization(ctypes.Structure):
@@ -38,10 +42,12 @@ class NvmlMemory(ctypes.Structure):
 
 @dataclass(frozen=True)
 class GpuReading:
-    """One GPU: utilisation 0..1 and memory used / total 0..1, each None when not known."""
+    """One GPU: utilisation 0..1, memory used / total 0..1 and memory activity 0..1, each None
+    when not known."""
 
     utilisation: float | None
     memory: float | None
+    activity: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,23 +55,26 @@ class GpuSample:
     gpu_fraction: float | None
     memory_fraction: float | None
     source: str | None  # "nvml" | "nvidia-smi" | None
+    memory_activity: float | None = None
 
 
 NO_GPUS = GpuSample(None, None, None)
 
 
 def summarise(readings: Iterable[GpuReading], source: str) -> GpuSample:
-    """The busiest GPU's utilisation and the fullest GPU's memory; nulls without readings."""
+    """The busiest GPU's utilisation and memory activity and the fullest GPU's memory; nulls
+    without readings."""
     found = list(readings)
     busy = [r.utilisation for r in found if r.utilisation is not None]
     full = [r.memory for r in found if r.memory is not None]
-    if not busy and not full:
+    active = [r.activity for r in found if r.activity is not None]
+    if not busy and not full and not active:
         return NO_GPUS
-    return GpuSample(
-        round(_clamp(max(busy)), 4) if busy else None,
-        round(_clamp(max(full)), 4) if full else None,
-        source,
-    )
+    return GpuSample(_most(busy), _most(full), source, _most(active))
+
+
+def _most(values: list[float]) -> float | None:
+    return round(_clamp(max(values)), 4) if values else None
 
 
 def _clamp(value: float) -> float:
@@ -81,17 +90,21 @@ def _number(text: str) -> float | None:
 
 
 def parse_smi(text: str) -> list[GpuReading]:
-    """Lines of `utilization.gpu, memory.used, memory.total` (csv, noheader, nounits); lines
-    that are blank or say nothing usable are skipped, a field that says "[N/A]" is unknown."""
+    """Lines of `utilization.gpu, utilization.memory, memory.used, memory.total` (csv,
+    noheader, nounits); lines that are blank or say nothing usable are skipped, a field that says
+    "[N/A]" is unknown."""
     readings = []
     for line in text.splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 3:
+        if len(fields) != 4:
             continue
-        busy, used, total = (_number(f) for f in fields)
-        memory = used / total if used is not None and total else None
-        reading = GpuReading(None if busy is None else busy / 100.0, memory)
-        if reading.utilisation is not None or reading.memory is not None:
+        busy, active, used, total = (_number(f) for f in fields)
+        reading = GpuReading(
+            None if busy is None else busy / 100.0,
+            used / total if used is not None and total else None,
+            None if active is None else active / 100.0,
+        )
+        if any(v is not None for v in (reading.utilisation, reading.memory, reading.activity)):
             readings.append(reading)
     return readings
 
@@ -130,12 +143,13 @@ class Nvml:
                     return None
                 rates, memory = NvmlUtilization(), NvmlMemory()
                 busy: float | None = None
+                active: float | None = None
                 if lib.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(rates)) == NVML_SUCCESS:
-                    busy = rates.gpu / 100.0
+                    busy, active = rates.gpu / 100.0, rates.memory / 100.0
                 used: float | None = None
                 if lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) == NVML_SUCCESS:
                     used = memory.used / memory.total if memory.total else None
-                readings.append(GpuReading(busy, used))
+                readings.append(GpuReading(busy, used, active))
             return readings
         except Exception:  # never raise from a sample
             return None

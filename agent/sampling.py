@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -274,10 +274,23 @@ class _Previous:
     cgroup: CgroupUsage | None
 
 
+HOST_NETWORK_ENV = "VASTSIM_HOST_NETWORK"
+"""Set to "1" by vastsim's process runner only: its containers share the host's network
+namespace, so every interface in /proc/net/dev is the host's, and the container's own traffic
+(to the head, to Ray) goes over loopback. The sample then counts no interface as the container's
+(`count_network=False`), as a vast container counts only the interfaces of its own namespace."""
+
+
+def counts_network(env: Mapping[str, str]) -> bool:
+    """Whether this container's /proc/net/dev is its own (not vastsim's shared host network)."""
+    return env.get(HOST_NETWORK_ENV) != "1"
+
+
 class Sampler:
     """Reads the files of one machine (under `root`) into heartbeat fields. `affinity` (the CPUs
     this process may run on) defaults to this process's; `clock` to the monotonic clock; `gpus`
-    to one `GpuSampler` (NVML, then nvidia-smi) for this sampler's life."""
+    to one `GpuSampler` (NVML, then nvidia-smi) for this sampler's life; `count_network=False`
+    leaves the network fields unknown (a container in the host's network namespace)."""
 
     def __init__(
         self,
@@ -286,8 +299,10 @@ class Sampler:
         affinity: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         gpus: GpuSampler | None = None,
+        count_network: bool = True,
     ) -> None:
         self.root = root
+        self.count_network = count_network
         self.affinity = affinity
         self.clock = clock
         self.gpus = gpus if gpus is not None else GpuSampler()
@@ -350,7 +365,8 @@ class Sampler:
 
     def utilisation(self) -> dict[str, Any]:
         now = self.clock()
-        stat, dev = self._read("proc/stat"), self._read("proc/net/dev")
+        stat = self._read("proc/stat")
+        dev = self._read("proc/net/dev") if self.count_network else None
         cpu = cpu_times(stat) if stat else None
         net = net_bytes(dev) if dev else None
         own = self.cgroup_usage()
@@ -366,6 +382,7 @@ class Sampler:
             "net_tx_bytes": None,
             "gpu_fraction": gpus.gpu_fraction,
             "gpu_memory_fraction": gpus.memory_fraction,
+            "gpu_memory_activity": gpus.memory_activity,
             "gpu_source": gpus.source,
         }
         if previous is None:

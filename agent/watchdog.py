@@ -106,7 +106,7 @@ class Watchdog:
         self.boot = boot
         self.env = env
         self.log = log
-        self.sampler = sampler or sampling.Sampler()
+        self.sampler = sampler or sampling.Sampler(count_network=sampling.counts_network(env))
         self.state = lifecycle.initial(
             lifecycle.Timings.of(settings), started=boot.started, record_id=settings.record_id
         )

@@ -587,6 +587,11 @@ class AgentBehaviour(Behaviour):
             "net_rx_bytes": (50_000_000 if work else 0) if rated else None,
             "net_tx_bytes": (5_000_000 if work else 0) if rated else None,
             "gpu_fraction": (0.9 if work else 0.0) if gpus else None,
+            "cpu_source": "cgroup" if rated else None,
+            # a quiet GPU still holds what the last task's framework cached: not traffic
+            "gpu_memory_fraction": (0.6 if work else 0.4) if gpus else None,
+            "gpu_memory_activity": (0.5 if work else 0.0) if gpus else None,
+            "gpu_source": "nvml" if gpus else None,
         }
 
     def _report(self, command: lifecycle.SendReport, now: float) -> Event:

@@ -82,6 +82,8 @@ from typing import IO, cast
 
 from vastsim.runners import ContainerSpec
 
+HOST_NETWORK_ENV = "VASTSIM_HOST_NETWORK"  # agent/sampling.py reads it (the agent has no vastsim)
+
 IDLE = "exec sleep infinity"
 
 
@@ -183,6 +185,8 @@ class ProcessRunner:
         workspace.mkdir(parents=True, exist_ok=True)
         env = {**self.base_env, "HOME": str(workspace), **spec.env}
         env["DATA_DIRECTORY"] = str(workspace)
+        # its network is the host's (no namespace of its own): the agent counts no interface
+        env[HOST_NETWORK_ENV] = "1"
         marker = f"{self._token}.{spec.instance_id}.{spec.boot}"
         env[MARKER] = marker
         argv = command(spec)

@@ -221,6 +221,37 @@ def test_without_a_readable_cgroup_the_host_is_the_source(tmp_path):
     assert (second["cpu_fraction"], second["cpu_source"]) == (0.5, "host")
 
 
+NET_DEV = """Inter-|   Receive                            |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: {lo} 10 0 0 0 0 0 0 {lo} 10 0 0 0 0 0 0
+  eth0: {eth} 10 0 0 0 0 0 0 {eth} 10 0 0 0 0 0 0
+"""
+
+
+def test_network_bytes_are_the_containers_own_interfaces_and_none_in_the_hosts_namespace(
+    tmp_path,
+):
+    """A vast container's /proc/net/dev is its own namespace's: every byte but loopback counts.
+    vastsim's process runner shares the host's network (its containers talk over loopback), so
+    there the host's eth0 is nobody's container traffic: the agent counts no interface."""
+    own = Sampler(tmp_path, affinity=1, gpus=NoGpus(), clock=Clock())
+    shared = Sampler(
+        tmp_path,
+        affinity=1,
+        gpus=NoGpus(),
+        clock=own.clock,
+        count_network=sampling.counts_network({sampling.HOST_NETWORK_ENV: "1"}),
+    )
+    write(tmp_path, {"proc/net/dev": NET_DEV.format(lo=1_000, eth=1_000)})
+    own.utilisation(), shared.utilisation()
+    own.clock.now += 30.0  # type: ignore[attr-defined]
+    write(tmp_path, {"proc/net/dev": NET_DEV.format(lo=90_000_000, eth=5_001_000)})
+    mine, hosts = own.utilisation(), shared.utilisation()
+    assert (mine["net_rx_bytes"], mine["net_tx_bytes"]) == (5_000_000, 5_000_000)  # not lo's
+    assert (hosts["net_rx_bytes"], hosts["net_tx_bytes"]) == (None, None)
+    assert sampling.counts_network({}) and sampling.counts_network({"VASTSIM_HOST_NETWORK": "0"})
+
+
 def test_this_process_reads_a_cgroup_of_its_own():
     """On this machine (a container, a CI runner or a vastsim container) there is a cgroup."""
     own = Sampler(gpus=NoGpus()).cgroup_usage()

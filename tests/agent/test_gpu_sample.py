@@ -26,6 +26,7 @@ class FakeNvml:
 
     def __init__(self, gpus: list[tuple[int, int, int]], *, init: int = NVML_OK) -> None:
         self.gpus = gpus  # (utilisation %, memory used, memory total) per GPU
+        self.activity: dict[int, int] = {}  # memory activity % by GPU index (else 0)
         self.inits = 0
         self.fail_memory = False
         self.fail_count = False
@@ -45,7 +46,7 @@ class FakeNvml:
             return NVML_OK
 
         def utilization(handle: Any, out: Any) -> int:
-            out[0].gpu, out[0].memory = self.gpus[handle - 1][0], 0
+            out[0].gpu, out[0].memory = self.gpus[handle - 1][0], self.activity.get(handle - 1, 0)
             return NVML_OK
 
         def memory(handle: Any, out: Any) -> int:
@@ -102,12 +103,17 @@ def test_the_busiest_gpu_not_the_mean():
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("10, 1024, 8192\n75, 6144, 8192\n", [GpuReading(0.1, 0.125), GpuReading(0.75, 0.75)]),
-        ("\n  \n30, 100, 1000\n\n", [GpuReading(0.3, 0.1)]),  # blank lines
-        ("[N/A], 512, 1024\n", [GpuReading(None, 0.5)]),  # no utilisation on this GPU
-        ("40, [N/A], [N/A]\n", [GpuReading(0.4, None)]),
-        ("[N/A], [N/A], [N/A]\n", []),
-        ("50, 10, 0\n", [GpuReading(0.5, None)]),  # total 0: no fraction
+        (
+            "10, 5, 1024, 8192\n75, 40, 6144, 8192\n",
+            [GpuReading(0.1, 0.125, 0.05), GpuReading(0.75, 0.75, 0.4)],
+        ),
+        ("\n  \n30, 0, 100, 1000\n\n", [GpuReading(0.3, 0.1, 0.0)]),  # blank lines
+        ("[N/A], [N/A], 512, 1024\n", [GpuReading(None, 0.5)]),  # no utilisation on this GPU
+        ("40, 20, [N/A], [N/A]\n", [GpuReading(0.4, None, 0.2)]),
+        ("0, 35, 100, 1000\n", [GpuReading(0.0, 0.1, 0.35)]),  # memory copies, no kernels
+        ("[N/A], [N/A], [N/A], [N/A]\n", []),
+        ("50, 0, 10, 0\n", [GpuReading(0.5, None, 0.0)]),  # total 0: no fraction
+        ("10, 1024, 8192\n", []),  # not the shape asked for
         ("No devices were found\n", []),
         ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", []),
         ("", []),
@@ -120,40 +126,43 @@ def test_nvidia_smi_output(text, expected):
 def test_nvml_first_initialised_once():
     fake = FakeNvml([(10, 1 * GIB, 8 * GIB), (80, 6 * GIB, 8 * GIB)])
     gpus = GpuSampler(load_nvml=lambda: fake, which=lambda name: pytest.fail("no nvidia-smi"))
-    assert gpus.sample() == GpuSample(0.8, 0.75, "nvml")
+    assert gpus.sample() == GpuSample(0.8, 0.75, "nvml", 0.0)
     fake.gpus[0] = (95, 8 * GIB, 8 * GIB)
-    assert gpus.sample() == GpuSample(0.95, 1.0, "nvml")
+    assert gpus.sample() == GpuSample(0.95, 1.0, "nvml", 0.0)
+    fake.gpus = [(0, 7 * GIB, 8 * GIB), (0, 1 * GIB, 8 * GIB)]
+    fake.activity = {1: 45}  # no kernel runs, but GPU 1's memory is being copied: work
+    assert gpus.sample() == GpuSample(0.0, 0.875, "nvml", 0.45)
     assert fake.inits == 1
 
 
 def test_nvml_missing_falls_back_to_nvidia_smi(tmp_path):
     bin_dir = tmp_path / "bin"
-    fake_smi(bin_dir, "5, 100, 1000\n70, 900, 1000\n")
+    fake_smi(bin_dir, "5, 30, 100, 1000\n70, 10, 900, 1000\n")
     gpus = GpuSampler(load_nvml=no_library, which=on_path(bin_dir))
-    assert gpus.sample() == GpuSample(0.7, 0.9, "nvidia-smi")
+    assert gpus.sample() == GpuSample(0.7, 0.9, "nvidia-smi", 0.3)
     argv = (bin_dir / "argv").read_text().split()
     assert argv == [
-        "--query-gpu=utilization.gpu,memory.used,memory.total",
+        "--query-gpu=utilization.gpu,utilization.memory,memory.used,memory.total",
         "--format=csv,noheader,nounits",
     ]
 
 
 def test_nvml_that_fails_falls_back_each_time_it_fails(tmp_path):
     bin_dir = tmp_path / "bin"
-    fake_smi(bin_dir, "20, 1, 4\n")
+    fake_smi(bin_dir, "20, 0, 1, 4\n")
     refused = FakeNvml([(10, 1, 2)], init=NVML_ERROR_DRIVER_NOT_LOADED)
     gpus = GpuSampler(load_nvml=lambda: refused, which=on_path(bin_dir))
-    assert gpus.sample() == GpuSample(0.2, 0.25, "nvidia-smi")
+    assert gpus.sample() == GpuSample(0.2, 0.25, "nvidia-smi", 0.0)
     assert gpus.sample().source == "nvidia-smi" and refused.inits == 1  # not tried again
 
     flaky = FakeNvml([(10, 1, 2)])
     gpus = GpuSampler(load_nvml=lambda: flaky, which=on_path(bin_dir))
     assert gpus.sample().source == "nvml"
     flaky.fail_count = True
-    assert gpus.sample() == GpuSample(0.2, 0.25, "nvidia-smi")
+    assert gpus.sample() == GpuSample(0.2, 0.25, "nvidia-smi", 0.0)
     flaky.fail_count = False
     flaky.fail_memory = True  # a GPU whose memory cannot be read still has its utilisation
-    assert gpus.sample() == GpuSample(0.1, None, "nvml")
+    assert gpus.sample() == GpuSample(0.1, None, "nvml", 0.0)
 
 
 def test_without_gpus_everything_is_null(tmp_path):
@@ -165,7 +174,7 @@ def test_without_gpus_everything_is_null(tmp_path):
     assert GpuSampler(load_nvml=no_library, which=lambda n: str(broken)).sample().source is None
     gone = str(tmp_path / "no-such-nvidia-smi")
     assert GpuSampler(load_nvml=no_library, which=lambda n: gone).sample().source is None
-    na = fake_smi(tmp_path / "na", "[N/A], [N/A], [N/A]\n")
+    na = fake_smi(tmp_path / "na", "[N/A], [N/A], [N/A], [N/A]\n")
     assert GpuSampler(load_nvml=no_library, which=lambda n: str(na)).sample().source is None
 
 

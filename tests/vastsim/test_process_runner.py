@@ -150,6 +150,8 @@ def test_process_container_env_signals_restarts_and_destroy(
     assert env["MY_VAR"] == "hello"
     # the offer's GPU, simulated: the count, and a fake device id for Ray to hand to GPU tasks
     assert (env["VASTSIM_GPUS"], env["CUDA_VISIBLE_DEVICES"]) == ("1", "0")
+    # its network is the host's: the agent's sample counts no interface as the container's
+    assert env["VASTSIM_HOST_NETWORK"] == "1"
     assert boot1["shown"] == instance_id  # the container called the API back with its own key
     # PID 1 sees itself as 1 in its namespace; the host numbers it as runner.pid
     assert boot1["pid"] == (1 if runner.contained else runner.pid(instance_id))

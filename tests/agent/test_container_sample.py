@@ -222,7 +222,7 @@ def test_without_a_readable_cgroup_the_host_is_the_source(tmp_path):
 
 
 NET_DEV = """Inter-|   Receive                            |  Transmit
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop ...
     lo: {lo} 10 0 0 0 0 0 0 {lo} 10 0 0 0 0 0 0
   eth0: {eth} 10 0 0 0 0 0 0 {eth} 10 0 0 0 0 0 0
 """

@@ -45,6 +45,10 @@ SLOW = (
     "state/test_lock_processes.py",
     "vastsim/test_serve_cli.py",
     "agent/test_gpus.py::test_a_simulated_gpu_worker",
+    "vastsim/test_process_cgroups.py",
+    # a simulated day each (the bill against the meter; ray-vast simulate's runs)
+    "scenarios/test_cost_against_meter.py",
+    "cli/test_simulate_command.py",
 )
 
 

@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,7 +86,7 @@ from fleetsim.mix import FLEET_MIX, Fate, Mix
 from fleetsim.report import minutes, times
 from fleetsim.scenario import Config as SimConfig
 from fleetsim.scenario import rng
-from fleetsim.simulate import ClassRow, Result, TypedJournal, ratio_of, simulate
+from fleetsim.simulate import Result, TypedJournal, simulate
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
 from vastsim import Market
@@ -195,48 +194,10 @@ spec:
 
 @dataclass(frozen=True)
 class PolicyResult:
+    """One policy's run: the engine's result under the policy's name."""
+
     policy: str
-    rentals: int
-    classes: tuple[ClassRow, ...]
-    false_destroys: int
-    leaks: int
-    unrecorded_leaks: int  # leaks no live record of ours answers for
-    leak_dph: float
-    worked_hours: float
-    billed: float  # everything the meter billed in the run
-    seconds: float  # wall time of the run: never part of a result comparison
-
-    @classmethod
-    def of(cls, policy: Policy, result: Result) -> PolicyResult:
-        return cls(
-            policy=policy.name,
-            rentals=result.rentals,
-            classes=result.classes,
-            false_destroys=sum(result.false_destroys.values()),
-            leaks=result.leaks,
-            unrecorded_leaks=result.unrecorded_leaks,
-            leak_dph=result.leak_dph,
-            worked_hours=result.worked_hours,
-            billed=result.billed,
-            seconds=result.seconds,
-        )
-
-    @property
-    def wasted(self) -> float:
-        return math.fsum(c.wasted for c in self.classes)
-
-    @property
-    def floor(self) -> float:
-        return math.fsum(c.floor for c in self.classes)
-
-    @property
-    def ratio(self) -> float:
-        return ratio_of(self.wasted, self.floor)
-
-    def dollars(self) -> tuple[float, ...]:
-        """Every dollar figure (for the determinism check)."""
-        figures = (self.billed, self.wasted, self.floor, self.leak_dph)
-        return figures + tuple(x for c in self.classes for x in (c.wasted, c.floor))
+    result: Result
 
 
 def run(config: Config, policy: Policy, *, real_store: bool = False) -> PolicyResult:
@@ -249,7 +210,7 @@ def run(config: Config, policy: Policy, *, real_store: bool = False) -> PolicyRe
         prepare=policy.apply,
         real_store=real_store,
     )
-    return PolicyResult.of(policy, result)
+    return PolicyResult(policy.name, result)
 
 
 # --- the table -------------------------------------------------------------------------------
@@ -264,13 +225,13 @@ HEADER = (
 def table(results: Sequence[PolicyResult]) -> str:
     """One table: a line per policy (all classes), then a line per failure class."""
     lines = [HEADER, "-" * len(HEADER)]
-    for r in results:
+    for name, r in ((p.policy, p.result) for p in results):
         failures = sum(c.failures for c in r.classes)
         ended = sum(c.ended for c in r.classes)
         lines.append(
-            f"{r.policy:<14} {'ALL':<9} {failures:>4} {ended:>5} {'':>7} {'':>7} {'':>7} "
+            f"{name:<14} {'ALL':<9} {failures:>4} {ended:>5} {'':>7} {'':>7} {'':>7} "
             f"{r.wasted:>9.2f} {r.floor:>8.2f} {times(r.ratio):>8}   "
-            f"false destroys {r.false_destroys}, leaks {r.leaks} "
+            f"false destroys {sum(r.false_destroys.values())}, leaks {r.leaks} "
             f"({r.unrecorded_leaks} unrecorded, ${r.leak_dph:.2f}/h), rentals {r.rentals}, "
             f"work {r.worked_hours:.0f} h, billed ${r.billed:.2f}"
         )
@@ -300,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> list[PolicyResult]:
         "ended at the earliest moment the default spec's window allows)"
     )
     print(table(results))
-    print("wall: " + ", ".join(f"{r.policy} {r.seconds:.1f}s" for r in results))
+    print("wall: " + ", ".join(f"{r.policy} {r.result.seconds:.1f}s" for r in results))
     if not args.quick:
         # the two classes only the composed controller shows (ray-vast's engine; issue 12)
         print(composed.report())

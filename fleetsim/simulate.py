@@ -200,6 +200,11 @@ class Result:
     def ratio(self) -> float:
         return ratio_of(self.wasted, self.floor)
 
+    def figures(self) -> tuple[float, ...]:
+        """Every dollar figure (for a determinism check: the same seed gives the same)."""
+        totals = (self.billed, self.dollars, self.wasted, self.floor, self.leak_dph)
+        return totals + tuple(x for c in self.classes for x in (c.wasted, c.floor))
+
 
 def ratio_of(wasted: float, floor: float) -> float:
     if floor > 0:

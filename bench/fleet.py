@@ -57,11 +57,13 @@ floor of the failures it met. Cadences are not in the floor, so even a perfect p
 Scale. A 1,000-rental week does not fit in five minutes on two shared cores: the engine lists
 vast every minute (in-process HTTP and parsing) and the agents heartbeat every 30 s, about 0.7 s
 of CPU per simulated hour at 10-15 workers. So the full run is 72 hours with short jobs: about
-420 rentals under ray-vast (fewer under the others, whose dead machines hold their slots), 2.5 to
-3.5 minutes for the four policies; `--hours` runs a longer one. ray-vast's figures hold within a
-few percent across seeds; the other policies' ratios grow with the period, because a leak bills
-until the run ends. The journal keeps typed records instead of re-encoding the whole state at
-every save (`TypedJournal`; `--real-store` gives the same figures, ten times slower).
+360 failures and idle stretches under ray-vast from about 50 rentals (a worker stopped for quiet
+is started again when demand returns, not rented anew; fewer under the others, whose dead
+machines hold their slots), about 4 minutes for the four policies; `--hours` runs a longer one.
+ray-vast's figures hold within a few percent across seeds; the other policies' ratios grow with
+the period, because a leak bills until the run ends. The journal keeps typed records instead of
+re-encoding the whole state at every save (`TypedJournal`; `--real-store` gives the same
+figures, slower).
 
 Determinism: the scenario comes from `random.Random` seeded by strings (`seed:rental:k`), time is
 the simulator's virtual clock, iteration is sorted, and no figure reads the wall clock, so the

@@ -18,13 +18,15 @@ FORMAT_VERSION = "1.0"
 H = 3600.0
 
 
-def _minutes(seconds: float) -> str:
+def minutes(seconds: float) -> str:
+    """A latency in minutes (`never`: it never ended; `-`: none)."""
     if math.isnan(seconds):
         return "-"
     return "never" if math.isinf(seconds) else f"{seconds / 60:.1f}m"
 
 
-def _times(value: float) -> str:
+def times(value: float) -> str:
+    """A ratio to the floor."""
     return "inf" if math.isinf(value) else f"{value:.2f}x"
 
 
@@ -71,15 +73,15 @@ def human(result: Result, *, source: str, mix_source: str | None) -> str:
     ]
     for c in result.classes:
         lines.append(
-            f"  {c.fate.value:<9} {c.failures:>4} {c.ended:>5} {_minutes(c.latency[0]):>7} "
-            f"{_minutes(c.latency[1]):>7} {_minutes(c.latency[2]):>7} {c.wasted:>9.2f} "
-            f"{c.floor:>8.2f} {_times(c.ratio):>7}"
+            f"  {c.fate.value:<9} {c.failures:>4} {c.ended:>5} {minutes(c.latency[0]):>7} "
+            f"{minutes(c.latency[1]):>7} {minutes(c.latency[2]):>7} {c.wasted:>9.2f} "
+            f"{c.floor:>8.2f} {times(c.ratio):>7}"
         )
     failures = sum(c.failures for c in result.classes)
     ended = sum(c.ended for c in result.classes)
     lines.append(
         f"  {'all':<9} {failures:>4} {ended:>5} {'':>7} {'':>7} {'':>7} {result.wasted:>9.2f} "
-        f"{result.floor:>8.2f} {_times(ratio_of(result.wasted, result.floor)):>7}"
+        f"{result.floor:>8.2f} {times(ratio_of(result.wasted, result.floor)):>7}"
     )
     false = sum(result.false_destroys.values())
     why = ", ".join(f"{k} {v}" for k, v in sorted(result.false_destroys.items()))

@@ -1,156 +1,80 @@
-"""A what-if on virtual time: your cluster specs, thresholds and budget against a failure mix.
+"""A what-if on virtual time: cluster specs, thresholds and budget against a failure mix.
 
 `simulate(specs, config)` runs the whole engine as `ray-vast watch` runs it (`fleetsim.harness`:
 the controller with its planner, nets, money chain, executor and ledger; one head per cluster;
-the agent's state machine in every container; vastsim on a virtual clock), with Ray's demand a
-seeded step curve per node type and the fates of `fleetsim.mix` played into every rental at the
-boundary. Then it accounts:
+the agent's state machine in every container; vastsim on a virtual clock), with the seeded
+scenario of `fleetsim.scenario` played into it: Ray's demand a step curve per node type, the
+fates of `fleetsim.mix` in every rental at the boundary, orphans. Then it accounts:
 
 - dollars by cause, from the records and the ledger (`reconciler.model.cost`, what `ray-vast
   cost` reports), beside vastsim's meter (the truth it must match);
 - per failure class, the dollars billed after each failure began, against the floor: what it
   would have cost had every failure been caught at the earliest moment the *default* windows
-  allow (so that thresholds of your own show as a ratio above or below it); and the detection
-  latency;
+  allow (so that thresholds of your own show as a ratio above or below it), priced from the
+  instance's own meter over that window (an instance that bills storage only while stalled or
+  offline is floored at storage; an idle worker is floored at a stop `idle_stop_after` after
+  its job ended, then storage until `idle_destroy_after`); and the detection latency (failure
+  -> the instance's first stop or destroy, from the meter);
 - false destroys (a machine stopped or ended while nothing was wrong with it: booting, or in its
-  job), leaks (a failed or idle machine still billing in full at the end), the work delivered.
+  job), leaks (a failed or idle machine still billing in full at the end), the work delivered
+  (busy worker-hours, so that a policy cannot look cheap by doing less).
 
 Failures begin only in the first `hours`; then `drain_hours` with no demand and no new failure,
-so every window elapses before the end. The market is vastsim's shipped one (its hosts' own
-failure traits cleared: the mix is the only failure) plus a seeded generated one. Everything is
-drawn from `random.Random` seeded by strings, time is the simulator's, and iteration is sorted,
-so a seed gives the same dollars every time.
+so every window elapses before the end. The market is, unless one is given, vastsim's shipped one
+(its hosts' own failure traits cleared: the mix is the only failure) plus a seeded generated one.
+`ray-vast simulate` runs this on the user's specs; the fleet benchmark (bench/fleet.py) runs it
+on one spec per ending policy (`prepare` plugs the policy into the controller).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import heapq
 import logging
 import math
-import random
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from fleetsim.agents import ContainerFault, Image, Span
-from fleetsim.harness import START, Fleet, fleet
-from fleetsim.mix import CLASSES, DRAWN, FLEET_MIX, WORKING, Fate, Mix
+from fleetsim.harness import Fleet, fleet
+from fleetsim.mix import CLASSES, Fate
+from fleetsim.scenario import (
+    Config,
+    Episode,
+    Scenario,
+    Tracked,
+    default_windows,
+)
 from reconciler.applying.journal import Journal
-from reconciler.applying.search import offer_search
 from reconciler.model import cost
 from reconciler.model.codec import encode
-from reconciler.model.observed import CreateRequest
-from reconciler.model.records import Intent, Records, Role, label_for, parse_label
-from reconciler.model.spec import ClusterSpec, Watchdogs
-from reconciler.planning.offers import unfit_reason
-from reconciler.spec.loader import load_texts
+from reconciler.model.records import Intent, Records, Role
+from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import read_ledger
+from reconciler.watch.controller import Controller
 from vastsim import Market
 from vastsim.billing import Segment
 from vastsim.generate import generate_machines
-from vastsim.instances import Instance
 from vastsim.market import STANDARD_IMAGES, Traits
+
+__all__ = [
+    "ClassRow",
+    "ClusterRow",
+    "Config",
+    "Result",
+    "Scenario",
+    "TypedJournal",
+    "default_windows",
+    "market",
+    "percentile",
+    "ratio_of",
+    "simulate",
+]
 
 H = 3600.0
 GENERATED_MACHINES = 600
-
-
-@dataclass(frozen=True)
-class Config:
-    seed: int = 1
-    hours: float = 24.0  # failures begin only in this period
-    drain_hours: float = 1.0  # then no demand and no new failure
-    step: float = 30.0  # seconds between controller ticks (the 30 s cadence)
-    mix: Mix = FLEET_MIX
-
-    @property
-    def horizon(self) -> float:
-        return START + self.hours * H
-
-    @property
-    def end(self) -> float:
-        return self.horizon + self.drain_hours * H
-
-
-def rng(config: Config, *parts: object) -> random.Random:
-    """An independent stream per purpose, so one extra rental shifts nothing else."""
-    return random.Random(":".join(str(p) for p in (config.seed, *parts)))  # noqa: S311
-
-
-# --- the scenario: pure functions of the seed ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Story:
-    """What happens to the k-th rental, in seconds after its enrollment."""
-
-    fate: Fate
-    fail_after: float  # dies / net-drop
-    job: float  # busy until then (math.inf: to the end of the run)
-    gaps: tuple[tuple[float, float], ...]  # short quiet stretches inside the job
-
-
-def story(config: Config, rank: int) -> Story:
-    r = rng(config, "rental", rank)
-    mix = config.mix
-    fates = [f for f in DRAWN if mix.fates.get(f, 0.0) > 0]
-    fate = r.choices(fates, weights=[mix.fates[f] for f in fates])[0]
-    fail_after = r.uniform(*mix.fail_after_hours) * H
-    job = math.inf  # a dying rental is busy until its failure
-    if fate is Fate.IDLE:
-        job = r.uniform(*mix.job_hours) * H
-    elif fate is Fate.HEALTHY:
-        job = r.uniform(*mix.long_job_hours) * H
-    return Story(fate, fail_after, job, _gaps(config, r, min(job, config.hours * H)))
-
-
-def _gaps(config: Config, r: random.Random, until: float) -> tuple[tuple[float, float], ...]:
-    gaps: list[tuple[float, float]] = []
-    mix = config.mix
-    at = r.uniform(*mix.gap_every_hours) * H
-    while at < until:
-        length = r.uniform(*mix.gap_seconds)
-        gaps.append((at, at + length))
-        at += length + r.uniform(*mix.gap_every_hours) * H
-    return tuple(gaps)
-
-
-def demand_curve(
-    config: Config, cluster: str, node_type: str, low: int, high: int
-) -> list[tuple[float, int]]:
-    """(from, workers) steps of one node type's demand over the period; none in the drain."""
-    r = rng(config, "demand", cluster, node_type)
-    steps: list[tuple[float, int]] = []
-    at = START
-    while at < config.horizon:
-        steps.append((at, r.randint(low, max(low, high))))
-        at += r.uniform(*config.mix.demand_step_hours) * H
-    steps.append((config.horizon, 0))
-    return steps
-
-
-def demand_at(curve: Sequence[tuple[float, int]], now: float) -> int:
-    value = 0
-    for since, workers in curve:
-        if since > now:
-            break
-        value = workers
-    return value
-
-
-def orphan_times(config: Config) -> tuple[float, ...]:
-    r = rng(config, "orphans")
-    rate = config.mix.orphans_per_day / (24 * H)
-    times: list[float] = []
-    at = START + r.expovariate(rate) if rate > 0 else math.inf
-    while at < config.horizon:
-        times.append(at)
-        at += r.expovariate(rate)
-    return tuple(times)
 
 
 def market(config: Config) -> Market:
@@ -162,283 +86,17 @@ def market(config: Config) -> Market:
     return Market(machines, images={**STANDARD_IMAGES, **shipped.images})
 
 
-def default_windows() -> tuple[Watchdogs, int]:
-    """The default spec's thresholds (the floor's windows, whatever the user's): the watchdogs,
-    and a node type's pull limit."""
-    text = (
-        "apiVersion: ray-vast/v1\nkind: Cluster\nmetadata: {name: defaults}\nspec:\n"
-        "  max_dollars_per_hour: 1\n  node_types:\n    n:\n      max_workers: 1\n"
-        "      image: img\n      offer: {filters: {num_gpus: {eq: 1}}}\n"
-    )
-    spec = load_texts([("defaults.yaml", text)]).clusters[0]
-    return spec.watchdogs, spec.node_types["n"].pull_limit_seconds
-
-
-# --- playing the scenario into one fleet -----------------------------------------------------
-
-
-@dataclass
-class Episode:
-    """A stretch of one instance's life with something wrong: from `start` (the failure began;
-    for an idle one, its job ended) to `until` (None: the run's end; an idle stretch ends when a
-    start brings the worker back for demand)."""
-
-    fate: Fate
-    start: float
-    earliest: float  # the earliest end the default windows allow
-    until: float | None = None
-
-
-@dataclass
-class Tracked:
-    """One instance at vast, its story, and what went wrong with it."""
-
-    vast_id: int
-    cluster: str
-    node_type: str | None
-    rank: int
-    story: Story
-    created_at: float
-    enrolled_at: float | None = None
-    job_from: float | None = None  # the job under way began (its enrollment, or a restart)
-    job_until: float = math.inf
-    episodes: list[Episode] = field(default_factory=list)
-    jobs: list[tuple[float, float]] = field(default_factory=list)  # (from, until) of each job
-    stopped: bool = False
-    restarts: int = 0
-
-    @property
-    def failed(self) -> bool:
-        return any(e.fate is not Fate.IDLE for e in self.episodes)
-
-    def in_job(self, now: float) -> bool:
-        if self.job_from is None or self.failed:
-            return False
-        return self.job_from <= now < self.job_until
-
-    def working(self, now: float) -> bool:
-        """What its agent's utilisation sample says now."""
-        if self.job_from is None or not self.in_job(now):
-            return False
-        offset = now - self.job_from
-        return not any(a <= offset < b for a, b in self.story.gaps)
-
-
-@dataclass
-class Scenario:
-    """Plays the seeded scenario into one fleet and remembers every instance for the accounting."""
-
-    config: Config
-    fleet: Fleet
-    windows: Watchdogs
-    pull_limit: float
-    tracked: dict[int, Tracked] = field(default_factory=dict)
-    rentals: int = 0
-    due: list[tuple[float, int, str, int]] = field(default_factory=list)
-    watching: set[int] = field(default_factory=set)
-    seq: int = 0
-
-    def install(self) -> None:
-        curves = {
-            (spec.name, nt.name): demand_curve(
-                self.config, spec.name, nt.name, nt.min_workers, nt.max_workers
-            )
-            for spec in sorted(self.fleet.controller.specs.values(), key=lambda s: s.name)
-            for nt in sorted(spec.node_types.values(), key=lambda n: n.name)
-        }
-        self.fleet.signals.demand_at = lambda now: {
-            key: demand_at(curve, now) for key, curve in curves.items()
-        }
-        self.fleet.agents.next_fault = self._fault
-        self.fleet.agents.on_enrolled = self._enrolled
-        for k, at in enumerate(orphan_times(self.config)):
-            self._schedule(at, "orphan", k)
-
-    def step(self) -> None:
-        """After each controller tick: new rentals get their fate, due events happen, a worker
-        started again for demand gets a new job."""
-        now = self.fleet.clock.now()
-        instances = self.fleet.sim.instances
-        for vast_id in sorted(set(instances) - set(self.tracked)):
-            self._new_rental(vast_id, now)
-        for vast_id in sorted(self.watching):
-            self._progress(self.tracked[vast_id], instances.get(vast_id))
-        for vast_id in sorted(instances):
-            self._restarted(self.tracked[vast_id], instances[vast_id].actual_status, now)
-        while self.due and self.due[0][0] <= now:
-            _, _, what, ident = heapq.heappop(self.due)
-            self._happen(what, ident, now)
-
-    def _schedule(self, at: float, what: str, ident: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.due, (at, self.seq, what, ident))
-
-    def _fault(self, vast_id: int) -> ContainerFault:
-        t = self.tracked.get(vast_id)
-        return ContainerFault(
-            image=Image.IDLES if t is not None and t.story.fate is Fate.BOOT else Image.AGENT,
-            working=lambda now: self._working(vast_id, now),
-        )
-
-    def _working(self, vast_id: int, now: float) -> bool:
-        t = self.tracked.get(vast_id)
-        return t.working(now) if t else True
-
-    def _enrolled(self, vast_id: int, now: float) -> None:
-        t = self.tracked.get(vast_id)
-        if t is None or t.enrolled_at is not None:
-            return
-        t.enrolled_at = now
-        self._begin_job(t, now, t.story.job)
-        if t.story.fate in (Fate.DIES, Fate.NET_DROP):
-            self._schedule(now + t.story.fail_after, t.story.fate.value, vast_id)
-
-    def _begin_job(self, t: Tracked, now: float, length: float) -> None:
-        if t.job_from is not None:
-            t.jobs.append((t.job_from, t.job_until))
-        t.job_from = now
-        if now + length > self.config.horizon:
-            length = math.inf  # a job that would end in the drain goes on: no failure begins then
-        t.job_until = now + length
-        if math.isfinite(length) and t.story.fate in WORKING:
-            self._schedule(t.job_until, "job_end", t.vast_id)
-
-    def _restarted(self, t: Tracked, status: str | None, now: float) -> None:
-        """A worker whose job had ended, stopped by the money chain and started again (for
-        demand that returned), is working again: a new job, as long as the first."""
-        if status == "stopped":
-            t.stopped = True
-            return
-        if not (t.stopped and status == "running"):
-            return
-        t.stopped = False
-        if t.failed or t.job_from is None or t.in_job(now) or now >= self.config.horizon:
-            return
-        for episode in t.episodes:
-            if episode.until is None:
-                episode.until = now
-        t.restarts += 1
-        r = rng(self.config, "rental", t.rank, "restart", t.restarts)
-        hours = self.config.mix.long_job_hours
-        length = r.uniform(*(self.config.mix.job_hours if t.story.fate is Fate.IDLE else hours))
-        self._begin_job(t, now, length * H)
-
-    def _new_rental(self, vast_id: int, now: float) -> None:
-        """The next rank's fate. A stall's machine is made never to finish loading before the
-        instance gets there (it was created this tick, so vast is still provisioning it)."""
-        records = self.fleet.controller.records()
-        inst = self.fleet.sim.instances[vast_id]
-        info = parse_label(inst.label)
-        record = records.instances.get(info.record_id) if info is not None else None
-        t = Tracked(
-            vast_id,
-            info.cluster if info is not None else "",
-            record.node_type if record is not None else None,
-            self.rentals,
-            story(self.config, self.rentals),
-            now,
-        )
-        self.rentals += 1
-        self.tracked[vast_id] = t
-        if t.story.fate is Fate.STALL:
-            self.fleet.sim.faults.never_boots(inst.machine.machine_id)
-            t.episodes.append(Episode(Fate.STALL, now, now + self._stall_window()))
-            self.watching.add(vast_id)
-        elif t.story.fate is Fate.BOOT:
-            self.fleet.faults[vast_id] = self._fault(vast_id)  # before its container boots
-            self.watching.add(vast_id)
-
-    def _stall_window(self) -> float:
-        return min(self.pull_limit, self.windows.provision_deadline_seconds)
-
-    def _progress(self, t: Tracked, inst: Instance | None) -> None:
-        """What only vast's side shows: a stall's host is healed once its instance is stuck (so
-        the next rental there is no stall), and a failed start-up begins when the container runs."""
-        if inst is None:
-            self.watching.discard(t.vast_id)
-            return
-        status, running_at = inst.actual_status, inst.first_running_at
-        if t.story.fate is Fate.STALL and status == "loading":
-            machine = inst.machine
-            self.fleet.sim.mutate(
-                lambda now: self.fleet.sim.fleet.set_traits(machine, never_boots=False)
-            )
-            self.watching.discard(t.vast_id)
-        if t.story.fate is Fate.BOOT and running_at is not None:
-            window = self.windows.enrollment_limit_seconds
-            t.episodes.append(Episode(Fate.BOOT, running_at, running_at + window))
-            self.watching.discard(t.vast_id)
-
-    def _happen(self, what: str, ident: int, now: float) -> None:
-        if what == "orphan":
-            self._orphan(ident, now)
-            return
-        t = self.tracked[ident]
-        if ident not in self.fleet.sim.instances or t.failed:
-            return  # ended before its failure began
-        if what == "job_end":
-            if t.job_from is not None and t.job_until <= now and not t.stopped:
-                idle = self.windows.idle_stop_after_seconds
-                t.episodes.append(Episode(Fate.IDLE, t.job_until, t.job_until + idle))
-            return
-        if now > self.config.horizon:
-            return  # too late to be fair: it stays healthy
-        if what == Fate.DIES.value:
-            cut = Span(now)
-            self.fleet.faults[ident] = dataclasses.replace(
-                self.fleet.agents.fault(ident), head_unreachable=cut, vast_unreachable=cut
-            )
-        else:
-            self.fleet.sim.faults.offline(ident)
-        agent = self.fleet.agent(ident)
-        last = agent.last_heartbeat_success if agent is not None else None
-        silent = self.windows.went_silent_after_seconds
-        earliest = max(now, (now if last is None else last) + silent)
-        t.episodes.append(Episode(Fate(what), now, earliest))
-
-    def _orphan(self, k: int, now: float) -> None:
-        """An instance with our label and no record, on one of the cheapest offers that fit one
-        of the node types (drawn from the seed)."""
-        f = self.fleet
-        r = rng(self.config, "orphan", k)
-        choices = [
-            (spec, nt)
-            for spec in sorted(f.controller.specs.values(), key=lambda s: s.name)
-            for nt in sorted(spec.node_types.values(), key=lambda n: n.name)
-        ]
-        if not choices:
-            return
-        spec, node_type = choices[r.randrange(len(choices))]
-        offers = [
-            o
-            for o in f.client.search_offers(offer_search(node_type))
-            if unfit_reason(o, node_type) is None
-        ]
-        if not offers:
-            return
-        offer = offers[r.randrange(min(10, len(offers)))]
-        label = label_for(spec.name, f.controller.journal.lineage, f"orphan{k}")
-        created = f.client.create_instance(
-            offer.id,
-            CreateRequest(image=node_type.image, disk_gb=node_type.disk_gb, label=label),
-        )
-        t = Tracked(
-            created.instance_id,
-            spec.name,
-            None,
-            -1 - k,
-            Story(Fate.ORPHAN, 0.0, 0.0, ()),
-            now,
-        )
-        t.episodes.append(Episode(Fate.ORPHAN, now, now + self.windows.orphan_grace_seconds))
-        self.tracked[created.instance_id] = t
-
-
 @dataclass
 class TypedJournal(Journal):
-    """The controller's journal, keeping the typed records instead of re-encoding the whole state
-    at every save (the fleet benchmark's: no decision reads what the round trip produces, and it
-    would dominate a long run); the ledger is still the real `LedgerWriter`."""
+    """The controller's journal, keeping the typed records instead of re-encoding the state.
+
+    The real `Journal.save` encodes the whole state and the store redacts, encodes and decodes
+    it again, on every change; the controller then goes on with the very records object it
+    handed in (the real journal caches that object), so no decision ever reads what the round
+    trip produced. Destroyed records are kept until retention drops them, so the round trip
+    grows with every rental and would dominate a long run. Skipping it changes no figure
+    (`simulate(real_store=True)` runs the real one); the ledger is still written by the real
+    `LedgerWriter`."""
 
     _current: Records | None = None
     _saves: int = 0
@@ -515,9 +173,11 @@ class Result:
     rentals: int
     false_destroys: Mapping[str, int]  # by why the machine was ended (its record's reason)
     leaks: int
+    unrecorded_leaks: int  # leaks no live record of ours answers for
     leak_dph: float
     kept_at_minimum: int  # idle workers min_workers keeps up (not leaks)
     worked_hours: float
+    billed: float  # everything vastsim's meter billed in the run (ours or not)
     seconds: float  # wall time: never part of a comparison
 
     @property
@@ -535,6 +195,15 @@ class Result:
     @property
     def floor(self) -> float:
         return math.fsum(c.floor for c in self.classes)
+
+    @property
+    def ratio(self) -> float:
+        return ratio_of(self.wasted, self.floor)
+
+    def figures(self) -> tuple[float, ...]:
+        """Every dollar figure (for a determinism check: the same seed gives the same)."""
+        totals = (self.billed, self.dollars, self.wasted, self.floor, self.leak_dph)
+        return totals + tuple(x for c in self.classes for x in (c.wasted, c.floor))
 
 
 def ratio_of(wasted: float, floor: float) -> float:
@@ -584,6 +253,7 @@ def account(scenario: Scenario, seconds: float) -> Result:
     )
     lives = {life.vast_id: life for life in known.values() if life.vast_id is not None}
     reasons = {r.vast_id: r.ended_reason or "ended" for r in records.instances.values()}
+    live = {r.vast_id for r in records.instances.values() if r.live and r.vast_id is not None}
     kept = _kept_at_minimum(f, records)
     tail = scenario.windows.idle_destroy_after_seconds - scenario.windows.idle_stop_after_seconds
     outcomes: list[_Outcome] = []
@@ -617,9 +287,11 @@ def account(scenario: Scenario, seconds: float) -> Result:
         scenario.rentals,
         false_destroys,
         len(leaks),
+        sum(1 for v in leaks if v not in live),
         math.fsum(meter.rate(v) for v in leaks),
         len(kept),
         worked / H,
+        meter.total(at=end),
         seconds,
     )
 
@@ -682,7 +354,7 @@ def _worked(t: Tracked, segments: Sequence[Segment], end: float) -> float:
     failures = [e.start for e in t.episodes if e.fate is not Fate.IDLE]
     total = 0.0
     for start, until in jobs:
-        stops = [until, end, *failures]
+        stops = [until, end, *(at for at in failures if at >= start)]
         gone = ended_at(segments, start)
         if gone is not None:
             stops.append(gone)
@@ -720,26 +392,44 @@ def _temporary_files_in_memory() -> Iterator[None]:
         tempfile.tempdir = old
 
 
+_QUIET = logging.NullHandler()
+
+
 def simulate(
-    specs: Sequence[ClusterSpec], config: Config, *, state_dir: Path | None = None
+    specs: Sequence[ClusterSpec],
+    config: Config,
+    *,
+    offers: Market | None = None,
+    prepare: Callable[[Controller], None] | None = None,
+    real_store: bool = False,
+    state_dir: Path | None = None,
 ) -> Result:
-    """The specs through the whole scenario, on a fresh simulator and state. `state_dir`: keep
-    the run's state file and ledger there (for `ray-vast cost`, `ledger`, `state` on it)."""
+    """The specs through the whole scenario, on a fresh simulator and state. `offers`: vast's
+    market (default: `market(config)`); `prepare`: called with the controller before its first
+    tick (the fleet benchmark plugs a policy in); `real_store`: save through the real state
+    store (slow; the figures are the same); `state_dir`: keep the run's state file and ledger
+    there (for `ray-vast cost`, `ledger`, `state` on it)."""
     started = time.perf_counter()
     # the heads say each worker's report in their log; the ledger keeps it
-    logging.getLogger("reconciler.head").addHandler(logging.NullHandler())
+    logging.getLogger("reconciler.head").addHandler(_QUIET)
     windows, pull_limit = default_windows()
     with (
         _temporary_files_in_memory(),
-        fleet(list(specs), market=market(config), state_dir=state_dir) as f,
+        fleet(
+            list(specs), market=market(config) if offers is None else offers, state_dir=state_dir
+        ) as f,
     ):
-        j = f.controller.journal
-        typed = TypedJournal(j.store, j.ledger, j.snapshot)
-        f.controller.use_journal(typed)
+        typed: TypedJournal | None = None
+        if not real_store:
+            j = f.controller.journal
+            typed = TypedJournal(j.store, j.ledger, j.snapshot)
+            f.controller.use_journal(typed)
+        if prepare is not None:
+            prepare(f.controller)
         scenario = Scenario(config, f, windows=windows, pull_limit=float(pull_limit))
         scenario.install()
         f.run_until(config.end, step=config.step, each=scenario.step)
         result = account(scenario, time.perf_counter() - started)
-        if state_dir is not None:  # the typed journal saved nothing: the state as it ends
+        if state_dir is not None and typed is not None:  # it saved nothing: the state as it ends
             typed.store.write(encode(typed.records()), based_on=typed.snapshot)
         return result

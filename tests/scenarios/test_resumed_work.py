@@ -1,0 +1,65 @@
+"""A worker the money chain stopped (its disk kept) and Ray's demand started again takes on work:
+the scenario of `ray-vast simulate` and the fleet benchmark (`fleetsim.scenario`) gives its
+resume a fresh story, so it works again, goes quiet again, and is stopped or ended again. Without
+it, a started-again worker stayed quiet forever and billed as idle to the end of its life.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fleetsim.harness import fleet
+from fleetsim.mix import FLEET_MIX, Fate
+from fleetsim.scenario import Config, Scenario, default_windows, resumed_story, story
+from fleetsim.simulate import TypedJournal, ended_at, market
+from tests.scenarios.world import cluster
+
+# every rental works a short job, then is quiet; demand steps often, so stops meet returns
+IDLE_ONLY = dataclasses.replace(
+    FLEET_MIX,
+    fates={Fate.IDLE: 1.0},
+    orphans_per_day=0.0,
+    job_hours=(0.2, 0.4),
+    demand_step_hours=(0.3, 0.7),
+)
+
+
+def test_a_resume_draws_working_fates_only_from_its_own_stream() -> None:
+    config = Config(seed=5, mix=FLEET_MIX)
+    drawn = {resumed_story(config, rank, 1).fate for rank in range(200)}
+    assert drawn == {Fate.IDLE, Fate.HEALTHY}
+    assert resumed_story(config, 3, 1) == resumed_story(config, 3, 1)
+    assert resumed_story(config, 3, 1) != resumed_story(config, 3, 2)
+    first = Config(seed=5, first_fates=(Fate.STALL,))
+    assert story(first, 0).fate is Fate.STALL
+    assert story(first, 1) == story(config, 1)  # the rest of the ranks as the mix draws them
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_started_again_for_demand_works_again() -> None:
+    spec = cluster("back", min_workers=0, max_workers=4, factor=1, cap=4.0)
+    config = Config(seed=2, hours=5.0, mix=IDLE_ONLY, demand={("back", "gpu"): (0, 4)})
+    windows, pull_limit = default_windows()
+    with fleet([spec], market=market(config)) as f:
+        j = f.controller.journal
+        f.controller.use_journal(TypedJournal(j.store, j.ledger, j.snapshot))
+        scenario = Scenario(config, f, windows=windows, pull_limit=float(pull_limit))
+        scenario.install()
+        f.run_until(config.end, step=config.step, each=scenario.step)
+        resumed = [t for t in scenario.tracked.values() if t.stint > 0]
+        assert resumed, "no worker was stopped and started again"
+        for t in resumed:
+            segments = f.sim.meter.segments(t.vast_id)
+            # its idle stretch before the stop ended at the resume, where a job began
+            closed = [e for e in t.episodes if e.fate is Fate.IDLE and e.stint < t.stint]
+            assert closed and all(e.until is not None for e in closed)
+            assert t.job_from is not None and t.job_from == max(e.until or 0.0 for e in closed)
+            assert t.story.fate in (Fate.IDLE, Fate.HEALTHY)
+            # it said busy after the resume: its agent's sample follows the new job
+            assert t.working(t.job_from + 1.0) or any(a <= 1.0 < b for a, b in t.story.gaps)
+            # and whatever ended it, ended it after the resume, or it is still working
+            last = ended_at(segments, t.job_from)
+            if last is not None:
+                assert last >= t.job_from

@@ -110,14 +110,24 @@ def story(config: Config, rank: int) -> Story:
 
 
 def resumed_story(config: Config, rank: int, stint: int) -> Story:
-    """The work a worker started again for demand takes on: a working rental's job (`idle` or
-    `healthy`, weighted as the mix weighs them), from a stream of its own."""
+    """What a worker started again for demand goes through, from a stream of its own: a working
+    rental's job (`idle` or `healthy`), or a failure that strikes a running machine (`dies`,
+    `net-drop`), weighted as the mix weighs them. Not a stall nor a boot failure: a start does not
+    pull, and its image has served already. Without the failures a fleet that is mostly stopped
+    and started again would hold only its first rentals' failures."""
     r = rng(config, "rental", rank, "resumed", stint)
     mix = config.mix
-    fates = [f for f in DRAWN if f in WORKING and mix.fates.get(f, 0.0) > 0] or [Fate.IDLE]
+    fates = [f for f in DRAWN if f in AFTER_A_START and mix.fates.get(f, 0.0) > 0] or [Fate.IDLE]
     fate = r.choices(fates, weights=[mix.fates.get(f, 0.0) or 1.0 for f in fates])[0]
-    job = r.uniform(*(mix.job_hours if fate is Fate.IDLE else mix.long_job_hours)) * H
-    return Story(fate, 0.0, job, _gaps(config, r, min(job, config.hours * H)))
+    fail_after = r.uniform(*mix.fail_after_hours) * H
+    job = math.inf  # a dying worker is busy until its failure
+    if fate in WORKING:
+        job = r.uniform(*(mix.job_hours if fate is Fate.IDLE else mix.long_job_hours)) * H
+    return Story(fate, fail_after, job, _gaps(config, r, min(job, config.hours * H)))
+
+
+# What may happen to a machine started again (see `resumed_story`).
+AFTER_A_START = WORKING | {Fate.DIES, Fate.NET_DROP}
 
 
 def _gaps(config: Config, r: random.Random, until: float) -> tuple[tuple[float, float], ...]:
@@ -288,9 +298,7 @@ class Scenario:
         if t is None or t.enrolled_at is not None:
             return
         t.enrolled_at = now
-        self._begin_job(t, now, t.story.job)
-        if t.story.fate in (Fate.DIES, Fate.NET_DROP):
-            self._schedule(now + t.story.fail_after, t.story.fate.value, vast_id, t.stint)
+        self._begin_stint(t, now)
 
     def _resumed(self, vast_id: int, now: float) -> None:
         """A worker started again after a deliberate stop: what was wrong with it ends, and a
@@ -303,7 +311,13 @@ class Scenario:
                 episode.until = now
         t.stint += 1
         t.story = resumed_story(self.config, t.rank, t.stint)
+        self._begin_stint(t, now)
+
+    def _begin_stint(self, t: Tracked, now: float) -> None:
+        """Its story starts: the job, and the failure it holds in store."""
         self._begin_job(t, now, t.story.job)
+        if t.story.fate in (Fate.DIES, Fate.NET_DROP):
+            self._schedule(now + t.story.fail_after, t.story.fate.value, t.vast_id, t.stint)
 
     def _begin_job(self, t: Tracked, now: float, length: float) -> None:
         if t.job_from is not None:

@@ -26,10 +26,16 @@ IDLE_ONLY = dataclasses.replace(
 )
 
 
-def test_a_resume_draws_working_fates_only_from_its_own_stream() -> None:
+def test_a_resume_draws_what_strikes_a_running_machine_from_its_own_stream() -> None:
     config = Config(seed=5, mix=FLEET_MIX)
     drawn = {resumed_story(config, rank, 1).fate for rank in range(200)}
-    assert drawn == {Fate.IDLE, Fate.HEALTHY}
+    assert drawn == {Fate.IDLE, Fate.HEALTHY, Fate.DIES, Fate.NET_DROP}  # no pull, no new image
+    dying = next(
+        resumed_story(config, k, 1)
+        for k in range(200)
+        if resumed_story(config, k, 1).fate is Fate.DIES
+    )
+    assert dying.job == float("inf") and dying.fail_after > 0
     assert resumed_story(config, 3, 1) == resumed_story(config, 3, 1)
     assert resumed_story(config, 3, 1) != resumed_story(config, 3, 2)
     first = Config(seed=5, first_fates=(Fate.STALL,))

@@ -388,18 +388,35 @@ class Scenario:
             return
         if now > self.config.horizon:
             return  # too late to be fair: it stays healthy
+        struck = [t]
         if what == Fate.DIES.value:
             cut = Span(now)
             self.fleet.faults[ident] = dataclasses.replace(
                 self.fleet.agents.fault(ident), head_unreachable=cut, vast_unreachable=cut
             )
         else:
+            struck += self._beside(inst)  # the host drops: every instance on it drops with it
             self.fleet.sim.faults.offline(ident)
-        agent = self.fleet.agent(ident)
+        for hit in struck:
+            hit.episodes.append(
+                Episode(Fate(what), now, self._earliest_silent(hit, now), None, hit.stint)
+            )
+
+    def _beside(self, inst: Instance) -> list[Tracked]:
+        """The other live instances on the same host that no failure has struck yet."""
+        out = []
+        for other in sorted(self.tracked.values(), key=lambda o: o.vast_id):
+            there = self.fleet.sim.instances.get(other.vast_id)
+            if there is None or there is inst or there.machine is not inst.machine:
+                continue
+            if there.actual_status in ("running", "loading") and not other.failed:
+                out.append(other)
+        return out
+
+    def _earliest_silent(self, t: Tracked, now: float) -> float:
+        agent = self.fleet.agent(t.vast_id)
         last = agent.last_heartbeat_success if agent is not None else None
-        silent = self.windows.went_silent_after_seconds
-        earliest = max(now, (now if last is None else last) + silent)
-        t.episodes.append(Episode(Fate(what), now, earliest, None, stint))
+        return max(now, (now if last is None else last) + self.windows.went_silent_after_seconds)
 
     def _orphan(self, k: int, now: float) -> None:
         """An instance with our label and no record, on one of the cheapest offers that fit one

@@ -13,8 +13,10 @@ import pytest
 from fleetsim.harness import fleet
 from fleetsim.mix import FLEET_MIX, Fate
 from fleetsim.scenario import Config, Scenario, default_windows, resumed_story, story
-from fleetsim.simulate import TypedJournal, ended_at, market
+from fleetsim.simulate import TypedJournal, ended_at, market, simulate
 from tests.scenarios.world import cluster
+from vastsim import Market
+from vastsim.market import STANDARD_IMAGES, Machine
 
 # every rental works a short job, then is quiet; demand steps often, so stops meet returns
 IDLE_ONLY = dataclasses.replace(
@@ -69,3 +71,20 @@ def test_a_worker_started_again_for_demand_works_again() -> None:
             last = ended_at(segments, t.job_from)
             if last is not None:
                 assert last >= t.job_from
+
+
+@pytest.mark.timeout(120)
+def test_a_host_that_drops_takes_every_instance_on_it_and_none_counts_as_a_false_destroy() -> None:
+    """One host with four GPUs holds all the workers; the first rental's fate is a net-drop,
+    which takes the host offline, and every worker on it with it. Each one ended is a failure of
+    the net-drop class, not a false destroy of a healthy worker (as the accounting said before)."""
+    host = Machine(machine_id=7, host_id=70, gpu_name="RTX 4090", num_gpus=4, dph_base=0.3)
+    spec = cluster("one-host", min_workers=3, max_workers=3, factor=1, cap=4.0)
+    mix = dataclasses.replace(
+        FLEET_MIX, fates={Fate.HEALTHY: 1.0}, orphans_per_day=0.0, fail_after_hours=(0.5, 0.5)
+    )
+    config = Config(seed=3, hours=3.0, mix=mix, first_fates=(Fate.NET_DROP,))
+    result = simulate([spec], config, offers=Market([host], images=dict(STANDARD_IMAGES)))
+    net_drop = next(c for c in result.classes if c.fate is Fate.NET_DROP)
+    assert net_drop.failures == 3 and net_drop.ended == 3  # the drop and the two beside it
+    assert result.false_destroys == {}

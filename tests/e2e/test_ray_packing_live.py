@@ -146,9 +146,10 @@ def test_six_one_cpu_tasks_on_two_core_workers_rent_three(tmp_path: Path) -> Non
         # Ray's packing: one request of three slots for the six tasks
         assert [len(r["slots"]) for r in requests][:1] == [3], story
         # any later slot replaces a worker that ended (on this 2-core machine a Ray node that
-        # starts beside two others can time out: its agent reports ray_exited and ends it)
+        # starts beside two others can time out: its agent reports ray_exited and ends it); one
+        # that ends after the tasks are done is not replaced (a CI run saw 6 ended, 5 replaced)
         ended = [e for e in entries if e["class"] == "worker_report" and "(worker)" in e["message"]]
-        assert sum(len(r["slots"]) for r in requests[1:]) == len(ended), story
+        assert sum(len(r["slots"]) for r in requests[1:]) <= len(ended), story
         assert len(containers) == 3 and peak["workers"] <= 3, (containers, peak, story)
     finally:
         watching.set()

@@ -13,6 +13,7 @@ import contextlib
 import io
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -125,10 +126,31 @@ def spec_text(
     )
 
 
+# Ports a test hands to a process that binds them seconds later: below the kernel's ephemeral
+# range (which the kernel gives to outgoing connections and to every `bind(0)`, Ray's many
+# servers included) and above Ray's default worker ports (10002-19999), so nothing else is handed
+# the same port meanwhile. A port from `bind(0)` was taken before `up` bound it (a CI run:
+# "OSError: [Errno 98] Address already in use" for the head's TLS port).
+LISTEN_PORTS = range(20000, 32000)
+_picked: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now that no other `free_port` of this process has given, from `LISTEN_PORTS`
+    (a random start, so parallel runs rarely meet)."""
+    start = secrets.randbelow(len(LISTEN_PORTS))
+    for k in range(len(LISTEN_PORTS)):
+        port = LISTEN_PORTS[(start + k) % len(LISTEN_PORTS)]
+        if port in _picked:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _picked.add(port)
+        return port
+    raise RuntimeError(f"no free port in {LISTEN_PORTS}")
 
 
 @dataclass

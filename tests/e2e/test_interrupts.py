@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bench.live import free_port
 from reconciler.embedded import rayhead
 from tests.e2e.test_live_seed import loopback_only
 from tests.served import LOCAL_SIM, ROOT, World
@@ -202,12 +202,6 @@ def test_apply_a_first_sigint_finishes_the_call_saves_and_exits(
 
 
 # --- watch ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def watch_spec(tmp_path: Path) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,14 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.live import free_port
 from tests.served import LOCAL_SIM, ROOT, World
 from vastsim.faults import LIST_ROUTE, Canned
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def spec_text(min_workers: int, metrics_port: int) -> str:

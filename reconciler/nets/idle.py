@@ -90,7 +90,7 @@ def auto_stop(
         if record.stop_due_at is None or record.stop_due_at > now:
             continue
         why = refusal(record, lineage=lineage, now=now, gate=Gate())
-        if why is None and _at_minimum(record, _staying(workers, result), specs):
+        if why is None and at_minimum(record, _staying(workers, result), specs):
             result.refusals.append((record.id, "at-min-workers"))
             continue
         if why is not None:
@@ -116,7 +116,7 @@ def auto_destroy(
         if not (stopped or idle):
             continue
         why = refusal(record, lineage=lineage, now=now, gate=Gate())
-        if why is None and not stopped and _at_minimum(record, _staying(workers, result), specs):
+        if why is None and not stopped and at_minimum(record, _staying(workers, result), specs):
             result.refusals.append((record.id, "at-min-workers"))
             continue
         if why is not None:
@@ -135,8 +135,9 @@ def _staying(workers: list[InstanceRecord], result: NetResult) -> list[InstanceR
     return [w for w in workers if w.id not in ending]
 
 
-def _at_minimum(record: InstanceRecord, workers: list[InstanceRecord], specs: Specs) -> bool:
-    """Stopping this one would take its node type under min_workers."""
+def at_minimum(record: InstanceRecord, workers: list[InstanceRecord], specs: Specs) -> bool:
+    """Stopping this one would take its node type under min_workers (`workers`: the serving
+    workers; `status` says so of a quiet worker the money chain will keep)."""
     spec = specs.get(record.cluster)
     if spec is None or record.node_type not in spec.node_types:
         return False

@@ -23,6 +23,8 @@ from reconciler.model import rayversions
 from reconciler.model.observed import Instance
 from reconciler.model.records import Alert, BreakerState, InstanceRecord, Records, parse_label
 from reconciler.model.spec import ClusterSpec
+from reconciler.nets import idle
+from reconciler.nets.base import serving_workers
 
 FORMAT_VERSION = "1.3"
 # The human view shows a cluster's newest alerts; `--json` has every one.
@@ -52,10 +54,12 @@ def build(
             if any(_breaker_shown(state, now) for state in states.values())
         }
     )
+    serving = serving_workers(records.instances.values())
     clusters = []
     for name in names:
         instances = [
             _instance(r.vast_id, r, by_id, now, listing is not None)
+            | {"kept_at_min_workers": idle.at_minimum(r, serving, by_name)}
             for r in sorted(records.live_instances(name), key=lambda r: r.id)
         ]
         foreign = [
@@ -124,7 +128,9 @@ def _instance(
         "held": record.held(now),
         "held_because": because,
         # The money chain (1.3): when the quiet worker's stop and destroy fall due (None: not
-        # armed), and the agent's last sample (when, and whether it showed traffic).
+        # armed), and the agent's last sample (when, and whether it showed traffic);
+        # `kept_at_min_workers` (added by `build`): ending it would take its node type under
+        # min_workers, so the money chain will not, armed or not.
         "stop_due_at": record.stop_due_at,
         "destroy_due_at": record.destroy_due_at,
         "sample_at": record.sample_at,
@@ -272,6 +278,8 @@ def _money_chain(instance: Mapping[str, Any], now: float) -> list[str]:
         return []
     if instance.get("intent") == "stopped" or instance.get("phase") in ("stopped", "stopping"):
         return [f"stopped: destroy {_clock_time(destroy, now)}"]
+    if instance.get("kept_at_min_workers"):
+        return ["quiet: kept by min_workers"]
     if stop is None:
         return [f"destroy {_clock_time(destroy, now)}"]
     return [f"quiet: stop {_clock_time(stop, now)}, destroy {_clock_time(destroy, now)}"]

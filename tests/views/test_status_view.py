@@ -246,3 +246,33 @@ def test_a_halted_node_type_is_shown_loudly_until_its_image_changes() -> None:
     (breaker,) = payload["clusters"][0]["breakers"]
     assert breaker["halted"] is False and breaker["halt"]["reason"] == reason
     assert "  halt gpu: its image or env changed; launches resume" in status.human(payload)
+
+
+def test_a_quiet_worker_that_min_workers_keeps_says_so_not_when_it_would_stop() -> None:
+    """The first build's status said `quiet: stop 15:40 UTC` of the one worker `min_workers: 1`
+    keeps up, a stop that never comes (auto-stop refuses it: at-min-workers)."""
+    serving = {"role": Role.WORKER, "phase": Phase.SERVING, "request": None}
+    quiet = {"stop_due_at": NOW + 300, "destroy_due_at": NOW + 1500, **serving}
+    alone = Records(instances={"i1": record("i1", vast_id=101, **quiet)})
+    two = Records(
+        instances={
+            "i1": record("i1", vast_id=101, **quiet),
+            "i2": record("i2", vast_id=102, **quiet),
+        }
+    )
+    one_kept = spec(name="c1", min_workers=1)
+
+    def rows(records: Records) -> dict[str, dict[str, Any]]:
+        view = status.build(
+            records, None, [one_kept], lineage=LINEAGE, serial=1, now=NOW, error=None
+        )
+        return by_record(view) | {"_text": {"text": status.human(view)}}
+
+    kept = rows(alone)
+    assert kept["i1"]["kept_at_min_workers"] is True
+    assert "[quiet: kept by min_workers]" in kept["_text"]["text"]
+    assert "stop 08:05" not in kept["_text"]["text"]
+    # two quiet workers of a type that keeps one: either may be stopped, so both say when
+    both = rows(two)
+    assert not both["i1"]["kept_at_min_workers"] and not both["i2"]["kept_at_min_workers"]
+    assert both["_text"]["text"].count("[quiet: stop 08:05 UTC, destroy 08:25 UTC]") == 2

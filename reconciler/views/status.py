@@ -116,7 +116,7 @@ def _instance(
         "intent": record.intent.value,
         "vast_status": (seen.actual_status if seen else ("missing" if listed else "unknown")),
         "age_seconds": round(now - record.created_at, 1),
-        "dollars_per_hour": round(record.billing_dph, 4),
+        "dollars_per_hour": round(_rate(record, seen), 4),
         "host_id": record.host_id,
         "label": record.label,
         "lost": record.lost,
@@ -136,6 +136,14 @@ def _instance(
         "sample_at": record.sample_at,
         "sample_busy": record.sample_busy if record.sample_at is not None else None,
     }
+
+
+def _rate(record: InstanceRecord, seen: Instance | None) -> float:
+    """What it bills now: as recorded, or storage alone when vast's listing already shows it
+    stopped and the records have not caught up yet (the next reconcile records it)."""
+    if seen is not None and seen.actual_status == "stopped" and record.billing_dph:
+        return record.storage_dph
+    return record.billing_dph
 
 
 def _person_pin_in_force(record: InstanceRecord, now: float) -> bool:

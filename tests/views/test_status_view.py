@@ -276,3 +276,27 @@ def test_a_quiet_worker_that_min_workers_keeps_says_so_not_when_it_would_stop() 
     both = rows(two)
     assert not both["i1"]["kept_at_min_workers"] and not both["i2"]["kept_at_min_workers"]
     assert both["_text"]["text"].count("[quiet: stop 08:05 UTC, destroy 08:25 UTC]") == 2
+
+
+def test_a_worker_vast_shows_stopped_bills_storage_before_the_records_catch_up() -> None:
+    """Tried as a new user: `status` showed a worker that vast already listed as stopped (its
+    record still `stopping`) at its full $0.057/h, and the cluster's total with it."""
+    stopping = record(
+        "i1",
+        vast_id=101,
+        role=Role.WORKER,
+        phase=Phase.STOPPING,
+        intent=Intent.STOPPED,
+        request=None,
+        dph_total=0.5,
+        storage_dph=0.01,
+    )
+    records = Records(instances={"i1": stopping})
+    listed = [row(stopping, actual_status="stopped", intended_status="stopped")]
+    view = status.build(records, listed, [SPEC], lineage=LINEAGE, serial=1, now=NOW, error=None)
+    assert by_record(view)["i1"]["dollars_per_hour"] == 0.01
+    assert view["dollars_per_hour"] == 0.01
+    running = status.build(
+        records, [row(stopping)], [SPEC], lineage=LINEAGE, serial=1, now=NOW, error=None
+    )
+    assert by_record(running)["i1"]["dollars_per_hour"] == 0.5  # a stop under way bills in full

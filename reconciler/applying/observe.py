@@ -8,6 +8,7 @@ listing error is returned as "unknown", never as an empty listing.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 
 from reconciler.applying.provider import Provider
 from reconciler.applying.search import offer_search
@@ -79,6 +80,7 @@ def observe_and_plan(
     serial: int,
     now: float,
     demand: Mapping[NodeKey, int] | None = None,
+    ray_unread_since: Mapping[str, float] | None = None,
     sweep_orphans: bool = True,
     declared: Collection[str] | None = None,
     settle: Settle | None = None,
@@ -91,7 +93,12 @@ def observe_and_plan(
     vast (listing, offer search) never hold the lock and nothing that changed meanwhile (a
     heartbeat, an enrollment) is planned over; without it the final plan uses `records`."""
     seen = listing(provider, records)
-    seen = Observation(seen.listing, demand=dict(demand or {}), listing_error=seen.listing_error)
+    seen = Observation(
+        seen.listing,
+        demand=dict(demand or {}),
+        listing_error=seen.listing_error,
+        ray_unread_since=dict(ray_unread_since or {}),
+    )
 
     def planned(observation: Observation) -> Callable[[Records], Plan]:
         def on(current: Records) -> Plan:
@@ -113,7 +120,7 @@ def observe_and_plan(
     if first.errored or not first.unmet:
         return final(planned(seen)) if settle else first
     offers, failed = search(provider, specs, {(u.cluster, u.node_type) for u in first.unmet})
-    full = Observation(seen.listing, offers=offers, demand=seen.demand, search_errors=failed)
+    full = replace(seen, offers=offers, search_errors=failed)
     return final(planned(full))
 
 

@@ -138,7 +138,8 @@ def enroll(
             return _version_mismatch(
                 records, request, record, slot_request, refused, head=head, spec=spec, now=now
             )
-    if slot_request.status is not RequestStatus.OPEN or not slot_request.open_slots:
+    joinable = slot_request.status is RequestStatus.OPEN or slot_request.ended_by_watchdog
+    if not joinable or not slot_request.open_slots:
         settled = f"every slot of request {slot_request.id} is settled"
         return _refuse(
             records,

@@ -97,5 +97,7 @@ def report(
     )
     updated = records
     if record.live and record.intent is not Intent.DESTROYED:
-        updated = dec.put(records, dec.doomed(record, f"worker report: {message.reason}", now))
+        ended = dec.doomed(record, f"worker report: {message.reason}", now)
+        # the breaker reads a worker's own failure report for short lives (planning/breaker.py)
+        updated = dec.put(records, replace(ended, reported=message.reason))
     return dec.Decision(updated, (note,), (), None, False)

@@ -21,6 +21,8 @@ class Observation:
     demand: Mapping[NodeKey, int] = field(default_factory=dict)
     listing_error: str | None = None
     search_errors: Mapping[NodeKey, str] = field(default_factory=dict)
+    # Since when each cluster's Ray head could not be read (absent: read, or not read at all).
+    ray_unread_since: Mapping[str, float] = field(default_factory=dict)
 
     def by_id(self) -> dict[int, Instance]:
         return {i.id: i for i in self.listing or ()}

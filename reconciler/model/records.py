@@ -166,6 +166,13 @@ class InstanceRecord:
     start_requested_at: float | None = None
     # The boot that resumed it with its saved certificate (its lost answer is answered again).
     resumed_boot: str | None = None
+    # The reason of the worker's own report when it ended itself (the head took the report and
+    # ended the record): a failure report, which the breaker reads for short lives.
+    reported: str | None = None
+    # What the rent-loop breaker made of this worker's life, once (`planning/breaker.py`):
+    # "served" (it served `min_service_seconds`: the configuration is proven) or "short" (it
+    # ended with a failure report before that: its slot counts as one with no worker).
+    breaker_mark: str | None = None
 
     @property
     def live(self) -> bool:
@@ -222,6 +229,19 @@ class Request:
     # these were recorded (read as the spec's current ones).
     image: str | None = None
     fingerprint: str | None = None
+    # The node type's configuration digest when placed (`NodeType.digest`): the breaker counts
+    # the request's slots, and its candidates' blocklist entries, against this configuration.
+    digest: str | None = None
+
+    @property
+    def ended_by_watchdog(self) -> bool:
+        """Ended by a request watchdog (pool idle release, queue wait, no consumer): those end
+        requests only, never a machine (seed 2), so its live candidates keep their own limits
+        and may still join as the workers of its open slots (DESIGN.md 11)."""
+        return (
+            self.status in (RequestStatus.RELEASED, RequestStatus.FAILED)
+            and self.ended_reason in REQUEST_WATCHDOG_CLASSES
+        )
 
     @property
     def open_slots(self) -> tuple[Slot, ...]:
@@ -232,15 +252,21 @@ class Request:
         return self.queued_at if self.queued_at is not None else self.placed_at
 
 
+# The ledger classes of the request watchdogs that end a request (reconciler/nets/pools.py).
+REQUEST_WATCHDOG_CLASSES = frozenset({"pool_idle_release", "queue_wait_timeout", "no_consumer"})
+
+
 @dataclass(frozen=True)
 class BlockEntry:
     host_id: int
     until: float
     reason: str
-    # The node type whose candidate failed there, and when: a breaker that opens for that node
-    # type lifts the entries of its streak (the fault was the node type's, not the hosts').
+    # The node type whose candidate failed there, when, and under which configuration digest:
+    # a change of that configuration lifts the entries a configuration fault explains (DESIGN.md
+    # 11); the breaker never lifts one.
     node_type: str | None = None
     at: float | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +285,17 @@ class Halt:
 
 @dataclass(frozen=True)
 class BreakerState:
+    """The rent-loop breaker of one node type (`planning/breaker.py` says how it moves).
+
+    The count and the proof belong to one configuration of the node type (`digest`); a change
+    of it resets them. `consecutive_empty` is the seed's count of slots in a row with no worker
+    (an enrollment sets it to 0); `short_lives` the workers in a row that ended with a failure
+    report before serving `min_service_seconds` (only a worker that served that long sets it to
+    0); the breaker opens when the two reach `breaker.slots`. `proven`: a worker of this
+    configuration has served `min_service_seconds` since the last opening (until then the canary
+    rule holds). `openings`: openings in a row with no such worker between them (the pause
+    doubles with each)."""
+
     consecutive_empty: int = 0
     paused_until: float | None = None
     # When the current streak of slots with no worker began (None: no streak).
@@ -266,6 +303,15 @@ class BreakerState:
     # A pause with no end (a permanent failure of the node type), lifted only by a change of
     # its image or env; the count and the timed pause go on beside it.
     halt: Halt | None = None
+    digest: str | None = None
+    short_lives: int = 0
+    proven: bool = False
+    openings: int = 0
+
+    @property
+    def count(self) -> int:
+        """Slots in a row with no worker, short lives included: what opens the breaker."""
+        return self.consecutive_empty + self.short_lives
 
     def halted(self, fingerprint: str) -> bool:
         """Whether the halt holds for the node type as its image and env are now."""

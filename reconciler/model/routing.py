@@ -76,6 +76,14 @@ ROUTES: dict[str, Route] = {
     "down": Route((Outcome.NOTHING,)),
     "removed_from_spec": Route((Outcome.NOTHING,)),
     "breaker_open": Route((Outcome.HALT,), ends_machine=False),
+    # the breaker opened again with no serving worker since the last time: a person looks
+    "breaker_repeated": Route((Outcome.HALT, Outcome.ALERT), ends_machine=False),
+    # the node type's configuration changed: the breaker starts afresh
+    "breaker_reset": Route((Outcome.NOTHING,), ends_machine=False),
+    # a worker that ended early (its slot counts toward the breaker); its end was its own
+    "short_life": Route((Outcome.NOTHING,), ends_machine=False),
+    # the cluster's Ray head cannot be read: nothing is rented (workers could not join)
+    "ray_unreadable": Route((Outcome.HALT, Outcome.ALERT), ends_machine=False),
     # A permanent failure of the node type, not of a host: its image runs another Ray or Python
     # than the head's, which Ray refuses. The candidate is refused at enrollment (it reports and
     # destroys itself), the node type's other candidates are destroyed, the node type is halted

@@ -8,6 +8,8 @@ nets take it as an argument and stay pure.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -94,6 +96,25 @@ class NodeType:
     idle_stop_after_seconds: int | None = None
     idle_destroy_after_seconds: int | None = None
 
+    @property
+    def digest(self) -> str:
+        """The configuration a rental runs: image, env, disk and offer filters, hashed (the env
+        may hold a user's secrets, which the records must not). The breaker's count and the
+        blocklist entries a configuration fault explains belong to it (DESIGN.md 11): a user
+        who changes any of these has changed what every candidate will do."""
+        canonical = json.dumps(
+            {
+                "image": self.image,
+                "env": dict(sorted(self.env.items())),
+                "disk_gb": self.disk_gb,
+                "filters": {k: dict(v) for k, v in sorted(self.offer.filters.items())},
+                "min_reliability": self.offer.min_reliability,
+            },
+            sort_keys=True,
+            default=list,
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
 
 @dataclass(frozen=True)
 class Provider:
@@ -160,10 +181,13 @@ class Cadences:
 
 @dataclass(frozen=True)
 class Breaker:
-    """Rent-loop breaker: `slots` empty slots in a row pause a node type for `pause_seconds`."""
+    """Rent-loop breaker: `slots` empty slots in a row pause a node type for `pause_seconds`
+    (doubled for each opening in a row, at most `MAX_PAUSE_SECONDS`); a worker that ends with a
+    failure report before serving `min_service_seconds` is such a slot (DESIGN.md 11)."""
 
     slots: int
     pause_seconds: int
+    min_service_seconds: int = 600
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.nets.detection import Detection
 from reconciler.nets.reaper import Gate, refusal
 
+# Docker writes "Error response from daemon: ..." (a bad image tag, a manifest unknown): matched
+# whatever the case, so a create that failed fails at once instead of waiting out the pull limit.
 CREATE_FAILURE_MARKERS = ("OCI runtime create failed", "error response from daemon")
 
 
@@ -102,7 +104,7 @@ def _seen(
     message = seen.status_msg or ""
     if status == "exited":
         return "exited", "vast status exited" + (f": {message}" if message else "")
-    if any(marker in message for marker in CREATE_FAILURE_MARKERS):
+    if any(marker.lower() in message.lower() for marker in CREATE_FAILURE_MARKERS):
         return "create_failed", f"container create failed: {message}"
     if record.public_ip and seen.public_ipaddr and seen.public_ipaddr != record.public_ip:
         return "public_ip_changed", f"public IP {record.public_ip} -> {seen.public_ipaddr}"

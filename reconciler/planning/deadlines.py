@@ -21,7 +21,7 @@ from reconciler.model.records import (
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits, went_silent
-from reconciler.planning import lifecycle
+from reconciler.planning import lifecycle, scaling
 
 
 def next_listing(
@@ -39,8 +39,9 @@ def next_listing(
 
 
 def _deadlines(
-    instances: Iterable[InstanceRecord], requests: Iterable[Request], spec: ClusterSpec
+    records: Iterable[InstanceRecord], requests: Iterable[Request], spec: ClusterSpec
 ) -> Iterable[float]:
+    instances = list(records)
     for record in instances:
         if record.cluster != spec.name or not record.live:
             continue
@@ -58,9 +59,20 @@ def _deadlines(
             yield record.ended_at
         if record.phase is Phase.PENDING_CREATE:
             yield record.created_at + spec.watchdogs.orphan_grace_seconds
+    deadline: dict[str, float] = {}
     for request in requests:
         if request.cluster == spec.name and request.status is RequestStatus.OPEN:
             yield request.provision_deadline
+            deadline[request.id] = request.provision_deadline
+    grace = scaling.deadline_grace(spec)
+    for record in instances:
+        # a candidate the deadline spares: it stalls its request once its grace is over
+        if record.request_id not in deadline or record.role is not Role.CANDIDATE:
+            continue
+        seen = record.first_observed_at
+        spared = (seen if seen is not None else record.created_at) + grace
+        if record.live and spared > deadline[record.request_id]:
+            yield spared
 
 
 def net_deadlines(instances: Iterable[InstanceRecord], spec: ClusterSpec) -> dict[str, float]:

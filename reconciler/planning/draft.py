@@ -120,13 +120,16 @@ class Draft:
         cls: str,
         why: str,
         node_type: str | None = None,
+        digest: str | None = None,
     ) -> None:
-        """Skip a host for `seconds`; `kind` is the blocklist reason, `cls` the detection."""
+        """Skip a host for `seconds`; `kind` is the blocklist reason, `cls` the detection,
+        `digest` the configuration of the node type whose candidate failed there."""
         until = self.now + seconds
         current = self.blocklist.setdefault(cluster, {}).get(host_id)
         if current and current.until >= until:
             return
-        self.blocklist[cluster][host_id] = BlockEntry(host_id, until, kind, node_type, self.now)
+        entry = BlockEntry(host_id, until, kind, node_type, self.now, digest)
+        self.blocklist[cluster][host_id] = entry
         detail = f"{kind} for {seconds}s: {why}"
         self.add(Action(ActionKind.BLOCKLIST, cluster, cls, detail, host_id=host_id, until=until))
 

@@ -54,9 +54,19 @@ def apply_detections(draft: Draft, detections: Iterable[Detection], spec: Cluste
                 cls=found.cls,
                 why=found.detail,
                 node_type=record.node_type,
+                digest=_digest(draft, record, spec),
             )
         if not (path.ends_machine or path.stops_machine or path.blocklist or path.alerts):
             draft.notes.append(f"{found.cls}: {record.id} ({found.detail})")
+
+
+def _digest(draft: Draft, record: InstanceRecord, spec: ClusterSpec) -> str | None:
+    """The configuration a record was rented under: its request's, else the node type's now."""
+    request = draft.requests.get(record.request_id) if record.request_id else None
+    if request is not None and request.digest is not None:
+        return request.digest
+    node_type = spec.node_types.get(record.node_type)
+    return node_type.digest if node_type is not None else None
 
 
 def finish_unfinished(

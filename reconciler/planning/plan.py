@@ -156,6 +156,7 @@ def _plan_cluster(
     scaling.settle_requests(draft, spec)
     lifecycle.restart_stopped(draft, spec.name)
     budget = Budget(spent=before + _delta(draft, spec.name), cap=spec.max_dollars_per_hour)
+    frozen = _ray_unreadable(draft, spec, observation)
     for node_type in spec.node_types.values():
         key = (spec.name, node_type.name)
         scaling.scale(
@@ -165,7 +166,30 @@ def _plan_cluster(
             offers=observation.offers.get(key, ()),
             demand=observation.demand.get(key, 0),
             budget=budget,
+            frozen=frozen,
         )
+
+
+RAY_UNREADABLE_SECONDS = 60.0
+
+
+def _ray_unreadable(draft: Draft, spec: ClusterSpec, observation: Observation) -> str | None:
+    """Why nothing may be rented for a cluster whose Ray head has not been readable for 60 s
+    (DESIGN.md 11: workers that cannot join it are money for nothing), alerting a person; None
+    while it is read (or was unreadable for less)."""
+    since = observation.ray_unread_since.get(spec.name)
+    if since is None or draft.now - since < RAY_UNREADABLE_SECONDS:
+        return None
+    why = (
+        f"the Ray head of {spec.name} at {spec.head.address}:{spec.head.ray_port} has not been "
+        f"readable for {draft.now - since:.0f}s: nothing is rented until it answers"
+    )
+    found = Detection(spec.name, "ray_unreadable", why, cluster=spec.name)
+    raised = len(draft.alerts)
+    draft.alert(spec.name, found)
+    if len(draft.alerts) > raised:  # the ledger says it when the alert is raised, not each plan
+        draft.detections.append(found)
+    return why
 
 
 def _removed(draft: Draft, declared: Collection[str] | None) -> set[str]:

@@ -11,10 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from reconciler.model.plan import Plan
-from reconciler.model.records import InstanceRecord, PoolState, Records, Request, RequestStatus
+from reconciler.model.records import InstanceRecord, PoolState, Records, Request
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets.detection import Detection
-from reconciler.planning import scaling
 from reconciler.planning.draft import Draft
 from reconciler.planning.lifecycle import apply_detections
 from reconciler.planning.plan import ACTION_ORDER
@@ -39,8 +38,10 @@ def react(
         requests={**records.requests, **(requests or {})},
         pools={**records.pools, **(pools or {})},
     )
+    # Requests the watchdogs released or failed are ended in `updated` and nothing more: those
+    # watchdogs never touch a machine and count nothing toward the breaker (DESIGN.md 11); the
+    # live candidates keep their own limits and may still join as workers.
     draft = Draft.start(updated, lineage=lineage, now=now)
-    _end_requests(draft, records, requests or {}, specs)
     by_cluster: dict[str, list[Detection]] = {}
     for found in detections:
         cluster = _cluster_of(found, updated)
@@ -60,35 +61,6 @@ def react(
         detections=tuple(draft.detections),
         records=draft.finish(),
     )
-
-
-def _end_requests(
-    draft: Draft,
-    before: Records,
-    requests: Mapping[str, Request],
-    specs: Mapping[str, ClusterSpec],
-) -> None:
-    """Requests the watchdogs released or failed: their open slots ended with no worker and
-    count toward the breaker (DESIGN.md 10), and their candidates are ended at once."""
-    touched: set[str] = set()
-    for request in requests.values():
-        old = before.requests.get(request.id)
-        spec = specs.get(request.cluster)
-        ended = request.status in (RequestStatus.RELEASED, RequestStatus.FAILED)
-        if spec is None or old is None or old.status is not RequestStatus.OPEN or not ended:
-            continue
-        touched.add(spec.name)
-        why = f"request {request.id} {request.status.value} ({request.ended_reason})"
-        scaling.end_open_slots(
-            draft,
-            spec,
-            request,
-            status=request.status,
-            cls=request.ended_reason or request.status.value,
-            why=f"{len(request.open_slots)} slot(s) ended with no worker: {why}",
-        )
-    for name in sorted(touched):
-        scaling.settle_requests(draft, specs[name])
 
 
 def _cluster_of(found: Detection, records: Records) -> str | None:

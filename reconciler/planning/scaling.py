@@ -36,6 +36,7 @@ from reconciler.model.records import (
 from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.nets.detection import Detection
 from reconciler.nets.reaper import Gate, refusal
+from reconciler.planning import breaker
 from reconciler.planning import offers as offer_picking
 from reconciler.planning.draft import Draft
 from reconciler.planning.lifecycle import apply_detections, start_for_demand
@@ -135,6 +136,13 @@ def _end_hopeless_slots(
     )
 
 
+def deadline_grace(spec: ClusterSpec) -> float:
+    """How long a candidate is spared by its request's provisioning deadline from our first
+    observation of it: the grace window the orphan sweep gives an instance we did not record
+    (a candidate rented a minute before the deadline had no chance to fail)."""
+    return float(spec.watchdogs.orphan_grace_seconds)
+
+
 def end_open_slots(
     draft: Draft,
     spec: ClusterSpec,
@@ -162,12 +170,15 @@ def end_open_slots(
         )
     draft.requests[request.id] = updated
     draft.detections.append(Detection(request.id, "slots_no_worker", why, cluster=spec.name))
-    count_empty_slots(draft, spec, request.node_type, len(ending))
+    breaker.count_empty_slots(draft, spec, request.node_type, len(ending))
 
 
 def _end_leftovers(draft: Draft, request: Request, index: RequestIndex) -> None:
-    """A request that ended (filled, released, failed, expired) keeps no candidates: nobody will
-    let them enroll, and they bill while they pull."""
+    """A request that ended (filled, expired, failed by a halt) keeps no candidates: nobody will
+    let them enroll, and they bill while they pull. One a request watchdog ended keeps them:
+    those watchdogs never touch a machine, and its candidates may still join as workers."""
+    if request.ended_by_watchdog:
+        return
     for extra in _reapable(draft, index.live(draft, request)):
         draft.destroy(extra, "extra_candidate", f"request {request.id} is {request.status.value}")
 
@@ -186,76 +197,29 @@ def _close_filled(draft: Draft, request: Request, index: RequestIndex) -> None:
 
 
 def _expire(draft: Draft, request: Request, spec: ClusterSpec, index: RequestIndex) -> None:
+    """Past its provisioning deadline a request rents nothing more; its candidates that had
+    their grace window (reaper gate 5: `deadline_grace`, from our first observation of them)
+    stalled it and are ended with their hosts blocklisted; one still inside it is left to its
+    own limits, and the request's slots end once none is left."""
     empty = len(request.open_slots)
     why = f"request {request.id} passed its provisioning deadline with {empty} empty slot(s)"
-    found = [
-        Detection(c.id, "provision_deadline", why, c.vast_id)
-        for c in _reapable(draft, index.live(draft, request))
+    grace = Gate(grace_seconds=deadline_grace(spec))
+    live = index.live(draft, request)
+    stalled = [
+        c for c in live if refusal(c, lineage=draft.lineage, now=draft.now, gate=grace) is None
     ]
+    found = [Detection(c.id, "provision_deadline", why, c.vast_id) for c in stalled]
     apply_detections(draft, found, spec)
+    young = [c for c in live if c not in stalled and not c.held(draft.now)]
+    if young:
+        draft.notes.append(
+            f"{spec.name}/{request.node_type}: request {request.id} is past its deadline; "
+            f"{len(young)} candidate(s) first seen within the grace window keep their own limits"
+        )
+        return
     end_open_slots(
         draft, spec, request, status=RequestStatus.EXPIRED, cls="provision_deadline", why=why
     )
-
-
-def count_empty_slots(draft: Draft, spec: ClusterSpec, node_type: str, empty: int) -> None:
-    """The rent-loop breaker: `slots` empty slots in a row pause launches of a node type.
-
-    When it opens, the hosts its streak blocklisted are unblocked: a fault that ends every slot
-    of a node type in a row is the node type's (a broken image, a wrong filter), not the hosts',
-    and a day of blocklist on every host it touched would leave no offer once it is fixed."""
-    state = draft.breaker(spec.name, node_type)
-    count = state.consecutive_empty + empty
-    since = state.since if state.since is not None and state.consecutive_empty else draft.now
-    if count >= spec.breaker.slots:
-        until = draft.now + spec.breaker.pause_seconds
-        draft.set_breaker(
-            spec.name,
-            node_type,
-            replace(state, consecutive_empty=0, paused_until=until, since=None),
-        )
-        lifted = _unblock_streak(draft, spec.name, node_type, since)
-        draft.add(
-            Action(
-                ActionKind.PAUSE,
-                spec.name,
-                "breaker_open",
-                f"{count} slots in a row ended with no worker; launches paused"
-                + (f"; {lifted} host(s) of the streak unblocked" if lifted else ""),
-                node_type=node_type,
-                until=until,
-            )
-        )
-    else:
-        draft.set_breaker(
-            spec.name, node_type, replace(state, consecutive_empty=count, since=since)
-        )
-
-
-def _unblock_streak(draft: Draft, cluster: str, node_type: str, since: float) -> int:
-    entries = draft.blocklist.get(cluster, {})
-    streak = [
-        host
-        for host, entry in entries.items()
-        if entry.node_type == node_type and entry.at is not None and entry.at >= since
-    ]
-    for host in streak:
-        del entries[host]
-    # and the blocklist actions this plan had for them say nothing any more
-    draft.actions = [
-        a
-        for a in draft.actions
-        if not (a.kind is ActionKind.BLOCKLIST and a.cluster == cluster and a.host_id in streak)
-    ]
-    return len(streak)
-
-
-def headroom(draft: Draft, spec: ClusterSpec, node_type: str, wanted: int, trying: int) -> int:
-    """Slots a new request may try: during a streak of slots with no worker, only as many as the
-    breaker has left before it opens (less the `trying` open slots already out), so a streak
-    rents at most `slots x candidate_factor`."""
-    count = draft.breaker(spec.name, node_type).consecutive_empty
-    return min(wanted, spec.breaker.slots - count - trying) if count else wanted
 
 
 def scale(
@@ -266,7 +230,12 @@ def scale(
     offers: Sequence[Offer],
     demand: int,
     budget: offer_picking.Budget,
+    frozen: str | None = None,
 ) -> None:
+    """Bring a node type to the workers wanted; `frozen` says why nothing may be rented now
+    (the cluster's Ray head cannot be read: workers could not join it)."""
+    breaker.reset_on_change(draft, spec, node_type)
+    breaker.observe_lives(draft, spec, node_type)
     live = live_of(draft, spec.name, node_type.name)
     workers = [r for r in live if _capacity(r)]
     wanted = min(max(node_type.min_workers, demand), node_type.max_workers)
@@ -283,8 +252,11 @@ def scale(
     if paused is not None and paused > draft.now:
         draft.notes.append(f"{spec.name}/{node_type.name}: launches paused by the breaker")
         return
+    if frozen is not None:
+        draft.notes.append(f"{spec.name}/{node_type.name}: nothing rented: {frozen}")
+        return
     short = wanted - len(workers) - trying - started
-    slots = headroom(draft, spec, node_type.name, short, trying)
+    slots = breaker.headroom(draft, spec, node_type, short, trying)
     if slots > 0:
         requests.append(_place(draft, spec, node_type, slots))
     index = RequestIndex.of(draft, spec.name)
@@ -392,6 +364,7 @@ def _place(draft: Draft, spec: ClusterSpec, node_type: NodeType, slots: int) -> 
         slots=tuple(Slot(f"{ident}s{i}") for i in range(1, slots + 1)),
         image=node_type.image,
         fingerprint=rayversions.fingerprint(node_type.image, node_type.env),
+        digest=node_type.digest,
     )
     draft.requests[ident] = request
     return request
@@ -411,7 +384,7 @@ def _rent_for(
     """Candidates for a request's open slots: `candidate_factor` per open slot alive at once,
     and never more than the `left` rentals of its life."""
     need = min(node_type.candidate_factor * len(request.open_slots) - len(have), left)
-    if need <= 0:
+    if need <= 0 or draft.now >= request.provision_deadline:
         return
     selection = offer_picking.choose(
         offers,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -89,6 +89,11 @@ class Signals(Protocol):
         words ("{GPU: 1} fits no node type of local-sim"); it rents nothing."""
         ...
 
+    def unread(self) -> Collection[str]:
+        """The clusters whose Ray head the last `demand` reading could not read (a Ray head that
+        is down: workers could not join it, so nothing is rented for it after a while)."""
+        ...
+
 
 class AgentSignals:
     """Signals from the agents' own heartbeat samples only (no Ray reader attached)."""
@@ -121,6 +126,9 @@ class AgentSignals:
 
     def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         return {}
+
+    def unread(self) -> Collection[str]:
+        return ()
 
 
 @dataclass
@@ -201,6 +209,9 @@ class Controller:
     _shared_failing: set[str] = field(default_factory=set)
     _failed_now: set[str] = field(default_factory=set)  # the clusters that failed this tick
     _infeasible_said: set[tuple[str, str]] = field(default_factory=set)
+    # Since when each cluster's Ray head could not be read (DESIGN.md 11: after 60 s nothing is
+    # rented for it, and a person is alerted).
+    _ray_unread_since: dict[str, float] = field(default_factory=dict)
     # How often Ray's demand is read between reconciles (the runner sets it when a Ray reader is
     # attached); None: only at the reconcile.
     demand_check_seconds: float | None = None
@@ -625,6 +636,7 @@ class Controller:
         demand = self._shared("ray_demand", lambda: self.signals.demand(self.specs, seen), None)
         if demand is not None:
             self._say_infeasible(now)
+        unread = self._note_unread(now)
         held: list[tuple[str, str]] = []
 
         def settle(plan_on: Callable[[Records], Plan]) -> Plan:
@@ -649,6 +661,7 @@ class Controller:
             serial=self.journal.serial,
             now=now,
             demand=demand or {},
+            ray_unread_since=unread,
             sweep_orphans=sweep,
             declared=set(self.specs) if self.prune else None,
             settle=settle,
@@ -667,6 +680,17 @@ class Controller:
             self.raise_alert(cluster, "mass_destroy_refused", why, now=now)
         report.results.append(self.applier.carry_out(plan.actions))
         return {s.name: ["reconcile", *(["orphan_sweep"] if sweep else [])] for s in specs}
+
+    def _note_unread(self, now: float) -> dict[str, float]:
+        """Since when each cluster's Ray head has not been readable, as of the last reading."""
+        nobody: Collection[str] = ()
+        unread = set(self._shared("ray_unread", self.signals.unread, nobody))
+        for cluster in list(self._ray_unread_since):
+            if cluster not in unread:
+                del self._ray_unread_since[cluster]
+        for cluster in unread:
+            self._ray_unread_since.setdefault(cluster, now)
+        return dict(self._ray_unread_since)
 
     def _say_infeasible(self, now: float) -> None:
         """Demand that fits no node type rents nothing; each shape is said once (ledger, log, an

@@ -48,6 +48,7 @@ class RayReaders:
         self.readers: dict[str, Signals] = {}
         self._heads: dict[str, tuple[str, int]] = {}  # the Ray head each reader reads
         self._failing: set[tuple[str, str]] = set()  # (cluster, question) failing now
+        self._unread: set[str] = set()  # clusters whose last demand reading failed
         self.reload(specs)
 
     # --- following the specs -------------------------------------------------------------------
@@ -110,7 +111,9 @@ class RayReaders:
                 continue
             part = self._ask(name, "demand", reader.demand, {name: spec}, records)
             if part is None:
+                self._unread.add(name)
                 continue
+            self._unread.discard(name)
             answered = True
             out.update({key: n for key, n in part.items() if key[0] == name})
         others = {n: s for n, s in specs.items() if n not in self.readers}
@@ -120,6 +123,11 @@ class RayReaders:
                 answered = True
                 out.update({key: n for key, n in rest.items() if key[0] in others})
         return out if answered else None
+
+    def unread(self) -> frozenset[str]:
+        """Clusters with a reader whose last demand reading failed (their Ray head is down or
+        unreachable)."""
+        return frozenset(self._unread & set(self.readers))
 
     def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         out: dict[str, tuple[str, ...]] = {}

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from reconciler.model.observation import NodeKey
@@ -102,6 +102,10 @@ class RaySignals:
 
     # Each reading runs with this reader's token: Ray holds one token per process, read at each
     # call from what the environment names once its cache is reset.
+
+    def unread(self) -> Collection[str]:
+        """Nothing of its own: `RayReaders` tells which cluster's reading failed."""
+        return ()
 
     def demand(
         self, specs: Mapping[str, ClusterSpec], records: Records

@@ -34,6 +34,7 @@ def spec(
     factor: int = 2,
     cap: float = 10.0,
     extra: str = "",
+    image: str = "img",
 ) -> ClusterSpec:
     text = textwrap.dedent(
         f"""\
@@ -47,7 +48,7 @@ def spec(
               min_workers: {min_workers}
               max_workers: {max_workers}
               candidate_factor: {factor}
-              image: img
+              image: {image}
               disk_gb: 10
         """
     ) + textwrap.indent(textwrap.dedent(extra), "  ")

@@ -169,8 +169,8 @@ def breaker_closed_again() -> Case:
 
 def breaker_trips() -> Case:
     # A request expires with its one slot empty: the third empty slot in a row pauses launches;
-    # the host its streak blocklisted is unblocked (the fault is the node type's, not the host's).
-    cand = record("i1", vast_id=11)
+    # the host its candidate stalled stays blocklisted (the breaker never lifts an entry).
+    cand = record("i1", vast_id=11, first_observed_at=NOW - 1300)
     state = records(cand, request(provision_deadline=NOW - 1), breakers={"c1/gpu": BreakerState(2)})
     return Case(
         [spec()],
@@ -179,9 +179,24 @@ def breaker_trips() -> Case:
         CHEAP,
         [
             ("destroy", "provision_deadline", "i1"),
+            ("blocklist", "provision_deadline", "53147"),
             ("pause", "breaker_open", None),
         ],
     )
+
+
+def deadline_spares_a_candidate_in_its_grace() -> Case:
+    """Issue 21, 8: a candidate first seen 55 s before its request's deadline was destroyed and
+    its host blocklisted for a day; inside its pull limit from our first observation it keeps
+    its own limits, and the request past its deadline rents nothing more."""
+    cand = record("i1", vast_id=11, first_observed_at=NOW - 55)
+    state = records(cand, request(provision_deadline=NOW - 1))
+
+    def kept(p: Plan) -> None:
+        assert p.records.requests["q1"].status is RequestStatus.OPEN
+        assert not p.records.blocklist.get("c1")
+
+    return Case([spec()], state, [row(cand)], CHEAP, [], kept)
 
 
 def missing_once() -> Case:
@@ -549,6 +564,7 @@ CASES = {
         breaker_open,
         breaker_closed_again,
         breaker_trips,
+        deadline_spares_a_candidate_in_its_grace,
         missing_once,
         missing_fifty_nine_seconds,
         missing_sixty_seconds,

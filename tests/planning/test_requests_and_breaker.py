@@ -65,7 +65,8 @@ def test_a_slot_whose_candidates_all_ended_counts_at_once_and_a_new_request_repl
     p = plan_of(state, [])
     q1 = p.records.requests["q1"]
     assert q1.status is RequestStatus.EXPIRED and q1.slots[0].ended_without_worker
-    assert p.records.breakers[breaker_key("c1", "gpu")] == BreakerState(1, None, since=NOW)
+    counted = p.records.breakers[breaker_key("c1", "gpu")]
+    assert (counted.consecutive_empty, counted.paused_until, counted.since) == (1, None, NOW)
     assert [d.cls for d in p.detections] == ["slots_no_worker"]
     assert "2 of 2 rentals used" in p.detections[0].detail
     new = [r for r in p.records.requests.values() if r.id != "q1"]
@@ -103,21 +104,26 @@ def test_a_create_that_left_no_instance_is_not_a_rental() -> None:
     assert len(rents(plan_of(state, []))) == 2
 
 
-def test_released_and_failed_requests_count_toward_the_breaker() -> None:
+def test_requests_the_watchdogs_end_count_nothing_and_keep_their_candidates() -> None:
+    """Issue 21, 7 (DESIGN.md 11): the request watchdogs end requests only. They destroyed a
+    candidate that had pulled for minutes and counted its slot toward the breaker, so three
+    flaps of Ray's demand paused a healthy node type."""
     state = records(request("q1"), request("q2"), record("i1", vast_id=1, request="q1"))
     ending = {
         "q1": replace(
             state.requests["q1"], status=RequestStatus.RELEASED, ended_reason="pool_idle_release"
         ),
         "q2": replace(
-            state.requests["q2"], status=RequestStatus.FAILED, ended_reason="queue_wait_timeout"
+            state.requests["q2"], status=RequestStatus.FAILED, ended_reason="no_consumer"
         ),
     }
     p = react(state, [], {"c1": SPEC}, lineage=LINEAGE, serial=1, now=NOW, requests=ending)
-    assert p.records.breakers[breaker_key("c1", "gpu")].consecutive_empty == 2
-    assert all(s.ended_without_worker for r in p.records.requests.values() for s in r.slots)
-    # the released request's candidate is ended at once, not left to pull and bill
-    assert [(a.kind, a.record) for a in p.actions] == [(ActionKind.DESTROY, "i1")]
+    assert breaker_key("c1", "gpu") not in p.records.breakers
+    assert not any(s.ended_without_worker for r in p.records.requests.values() for s in r.slots)
+    assert p.actions == ()
+    # nor does the next reconcile end the candidate: it keeps its own limits
+    again = plan_of(p.records, [row(state.instances["i1"])], spec(min_workers=0))
+    assert not [a for a in again.actions if a.kind is ActionKind.DESTROY]
 
 
 def test_a_lost_worker_is_not_capacity() -> None:
@@ -222,17 +228,41 @@ def test_during_a_streak_a_new_request_tries_only_the_slots_the_breaker_has_left
     assert [r.id for r in again.records.requests.values()] == [placed.id]
 
 
-def test_when_the_breaker_opens_the_hosts_of_its_streak_are_unblocked() -> None:
-    """A fault that ends every slot in a row is the node type's (a broken image), not the
-    hosts': a day of blocklist on every host it touched would leave no offer once fixed."""
-    old = BlockEntry(7, NOW + 9_999, "network", "gpu", NOW - 9_999)  # before the streak
-    streak = BlockEntry(8, NOW + 80_000, "timeout", "gpu", NOW - 100)
+def test_the_breaker_never_lifts_a_blocklist_entry() -> None:
+    """Issue 21, 1: the breaker unblocked the hosts of its streak when it opened, so when the
+    cheapest hosts were the broken ones they were rented again after every pause."""
+    old = BlockEntry(7, NOW + 9_999, "network", "gpu", NOW - 9_999)
+    streak = BlockEntry(8, NOW + 80_000, "timeout", "gpu", NOW - 100, SPEC.node_types["gpu"].digest)
     state = replace(
         records(request(), ended("i1"), ended("i2")),  # type: ignore[arg-type]
         breakers={breaker_key("c1", "gpu"): BreakerState(2, None, since=NOW - 200)},
         blocklist={"c1": {7: old, 8: streak}},
     )
     p = plan_of(state, [])
+    assert set(p.records.blocklist["c1"]) == {7, 8}
+    assert [a.kind for a in p.actions] == [ActionKind.PAUSE]
+
+
+def test_a_change_of_configuration_lifts_its_timeouts_and_resets_the_breaker() -> None:
+    """DESIGN.md 11: entries a configuration fault explains (timeout, boot) made under the old
+    digest are lifted and the breaker resets; network entries keep their day."""
+    before = spec(min_workers=1, factor=2)
+    after = spec(min_workers=1, factor=2, image="rayproject/ray:fixed")
+    old_digest = before.node_types["gpu"].digest
+    assert after.node_types["gpu"].digest != old_digest
+    entries = {
+        7: BlockEntry(7, NOW + 9_999, "network", "gpu", NOW - 300, old_digest),
+        8: BlockEntry(8, NOW + 80_000, "timeout", "gpu", NOW - 200, old_digest),
+        9: BlockEntry(9, NOW + 80_000, "boot", "gpu", NOW - 100, old_digest),
+    }
+    paused = BreakerState(0, NOW + 3000, digest=old_digest, openings=2, short_lives=1)
+    state = replace(
+        records(), breakers={breaker_key("c1", "gpu"): paused}, blocklist={"c1": entries}
+    )
+    p = plan_of(state, [], after)
     assert set(p.records.blocklist["c1"]) == {7}
-    (pause,) = [a for a in p.actions if a.kind is ActionKind.PAUSE]
-    assert "1 host(s) of the streak unblocked" in pause.detail
+    fresh = p.records.breakers[breaker_key("c1", "gpu")]
+    assert (fresh.paused_until, fresh.openings, fresh.count) == (None, 0, 0)
+    assert fresh.digest == after.node_types["gpu"].digest
+    assert "breaker_reset" in [d.cls for d in p.detections]
+    assert len(rents(p)) == 2  # launches resume at once

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,10 +173,12 @@ class Signals:
     work_at: Callable[[float, Records], Mapping[str, bool]] | None = None
     readable: Callable[[float], bool] = lambda now: True
     drained: list[str] | None = None
+    read_clusters: tuple[str, ...] = ()
 
     def demand(
         self, specs: Mapping[str, ClusterSpec], records: Records
     ) -> Mapping[NodeKey, int] | None:
+        self.read_clusters = tuple(specs)
         now = self.clock.now()
         return self.demand_at(now) if self.readable(now) else None
 
@@ -192,6 +194,10 @@ class Signals:
 
     def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         return {}
+
+    def unread(self) -> Collection[str]:
+        """Every cluster of the last reading, while Ray cannot be read (its head is down)."""
+        return () if self.readable(self.clock.now()) else self.read_clusters
 
     def drain_idle(
         self, records: Records, record_ids: Sequence[str], deadline: float

@@ -113,6 +113,9 @@ class FakeReader:
     def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         return {}
 
+    def unread(self) -> tuple[str, ...]:
+        return ()
+
     def close(self) -> None:
         self.closed = True
 

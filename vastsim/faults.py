@@ -61,6 +61,7 @@ class Faults:
             "exit_instance",
             "offline",
             "unknown",
+            "heard_again",
             "oci_failure",
             "never_boots",
             "change_ip",
@@ -263,6 +264,10 @@ class Faults:
     def unknown(self, instance_id: int, *, at: float | None = None) -> None:
         """vast loses the host's heartbeat: `actual_status` becomes `unknown`."""
         self._on_instance(instance_id, at, self._sim.fleet.go_unknown)
+
+    def heard_again(self, instance_id: int, *, at: float | None = None) -> None:
+        """vast hears the host again (`unknown` ends): the instance is listed `running`."""
+        self._on_instance(instance_id, at, self._sim.fleet.heard_again)
 
     def oci_failure(self, machine_id: int | None = None, *, instance_id: int | None = None) -> None:
         """Docker cannot create the container: stuck in `created` with an OCI error message.

@@ -369,6 +369,13 @@ class Fleet:
         inst.epoch += 1
         self._set_status(inst, "unknown", now, None)
 
+    def heard_again(self, inst: Instance, now: float) -> None:
+        """The host's heartbeat reaches vast again: an `unknown` instance is `running` once more.
+        Its container never stopped, so nothing boots (a path cut that heals)."""
+        if inst.actual_status == "unknown":
+            kind = inst.runtype.split()[0] if inst.runtype.split() else "ssh"
+            self._set_status(inst, "running", now, f"success, running {inst.image}/{kind}")
+
     def machine_offline(self, machine: Machine, now: float) -> None:
         machine.offline = True
         self.market.refresh(machine)

@@ -121,7 +121,7 @@ class InstanceRecord:
     # nothing; where its packets came from does).
     enrolled_from: str | None = None
     # The serial of the client certificate its enrollment answer carried (revoked when a lost
-    # answer is replaced, and when the worker ends, is refused or is lost).
+    # answer is replaced, and when its record ends; never for being lost, DESIGN.md 11).
     cert_serial: int | None = None
     stop_due_at: float | None = None
     destroy_due_at: float | None = None

@@ -7,6 +7,12 @@ arms both timers together; the stop timer falls due first, so the reversible act
 first. Any traffic clears both timers, with no condition at all: whatever the recorded state,
 phase, intent or ownership, an observed sample of work clears them (DESIGN.md rule 2). Arming
 and acting are gated; clearing never is.
+
+A lost worker is neither armed nor acted on (DESIGN.md 11, "lost never ends a machine"): no
+channel hears it, so its quiet is not observed (Ray reports no work on a node it cannot see),
+its traffic could not clear a timer, and a stop it cannot hear of ends as a destroy. It is not
+counted toward min_workers either: it is out of rotation. If its reports stay away, went-silent
+ends it at its own threshold.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from reconciler.nets.reaper import Gate, refusal
 
 STOP = "idle_stop"
 DESTROY = "idle_destroy"
+LOST = "lost"  # the refusal of a lost worker: out of rotation, never ended by the money chain
 
 
 def traffic(ray: bool | None, agent: bool | None, *, ray_reads: bool) -> bool | None:
@@ -75,6 +82,8 @@ def scan(
             continue
         if record.managed_by != lineage or record.held(now) or record.stop_due_at is not None:
             continue
+        if record.lost:
+            continue
         stop_after, destroy_after = spec.idle_windows(record.node_type)
         timed = replace(record, stop_due_at=now + stop_after, destroy_due_at=now + destroy_after)
         result.updates[record.id] = went_quiet(timed, now)
@@ -88,6 +97,9 @@ def auto_stop(
     workers = serving_workers(records)
     for record in workers:
         if record.stop_due_at is None or record.stop_due_at > now:
+            continue
+        if record.lost:
+            result.refusals.append((record.id, LOST))
             continue
         why = refusal(record, lineage=lineage, now=now, gate=Gate())
         if why is None and at_minimum(record, _staying(workers, result), specs):
@@ -115,6 +127,9 @@ def auto_destroy(
         idle = record.stop_due_at is not None
         if not (stopped or idle):
             continue
+        if record.lost and not stopped:
+            result.refusals.append((record.id, LOST))
+            continue
         why = refusal(record, lineage=lineage, now=now, gate=Gate())
         if why is None and not stopped and at_minimum(record, _staying(workers, result), specs):
             result.refusals.append((record.id, "at-min-workers"))
@@ -137,9 +152,16 @@ def _staying(workers: list[InstanceRecord], result: NetResult) -> list[InstanceR
 
 def at_minimum(record: InstanceRecord, workers: list[InstanceRecord], specs: Specs) -> bool:
     """Stopping this one would take its node type under min_workers (`workers`: the serving
-    workers; `status` says so of a quiet worker the money chain will keep)."""
+    workers, of which the lost ones are not in rotation; `status` says so of a quiet worker the
+    money chain will keep)."""
     spec = specs.get(record.cluster)
     if spec is None or record.node_type not in spec.node_types:
         return False
-    same = [w for w in workers if w.cluster == record.cluster and w.node_type == record.node_type]
+    same = [
+        w
+        for w in workers
+        if w.cluster == record.cluster
+        and w.node_type == record.node_type
+        and (w.id == record.id or not w.lost)
+    ]
     return len(same) <= spec.node_types[record.node_type].min_workers

@@ -71,11 +71,6 @@ class Signals(Protocol):
         it); None when Ray could not be read. Records it does not name keep their pin."""
         ...
 
-    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
-        """Ask Ray to stop scheduling onto these records' nodes (a lost worker leaves
-        rotation); best effort."""
-        ...
-
     def drain_idle(
         self, records: Records, record_ids: Sequence[str], deadline: float
     ) -> Mapping[str, bool] | None:
@@ -114,9 +109,6 @@ class AgentSignals:
         return {}
 
     def work(self, records: Records) -> Mapping[str, bool] | None:
-        return None
-
-    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
         return None
 
     def drain_idle(
@@ -873,12 +865,12 @@ class Controller:
     def _act_on(
         self, findings: _NetFindings, records: Records, plan: Plan, report: TickReport
     ) -> None:
-        """After the lock: say what the nets found, take lost workers out of Ray's rotation,
-        and carry the plan out."""
+        """After the lock: say what the nets found and carry the plan out. A worker just marked
+        lost is not drained through Ray (Ray ends a drained idle raylet, and lost never ends a
+        machine, DESIGN.md 11): it is out of rotation because it is no longer capacity."""
         found = [*findings.found, *findings.pools.detections]
         instances = findings.instances
         self._announce(found, records, instances)
-        self._shared("ray_drain", lambda: self._drain_lost(records, instances), None)
         # a lost worker is no longer capacity: plan its replacement now, not at the next cadence
         self._wake |= {d_cluster for d_cluster in self._clusters_of(found, "lost", instances)}
         report.detections += found
@@ -922,17 +914,6 @@ class Controller:
             for d in found
             if d.cls == cls and d.record in updates and updates[d.record].cluster in self.specs
         }
-
-    def _drain_lost(self, records: Records, updates: Mapping[str, InstanceRecord]) -> None:
-        """A worker just marked lost leaves rotation: Ray stops sending it work (while Ray still
-        sees it), and the planner no longer counts it as capacity. Never a destroy."""
-        newly = [
-            rid
-            for rid, r in updates.items()
-            if r.lost and not (records.instances.get(rid) or r).lost
-        ]
-        if newly:
-            self.signals.drain(records, newly, "lost: no liveness channel answers")
 
     def _take(
         self,

@@ -189,14 +189,6 @@ class RayReaders:
                 out.update({rid: ok for rid, ok in part.items() if rid in ids})
         return out if asked else None
 
-    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
-        for name, ids in sorted(_by_cluster(records, record_ids).items()):
-            reader = self.readers.get(name)
-            if reader is None:
-                self.fallback.drain(records, ids, reason)
-                continue
-            self._ask(name, "drain", reader.drain, records, ids, reason)
-
     # --- helpers ---------------------------------------------------------------------------------
 
     def _readerless(self, records: Records) -> set[str]:

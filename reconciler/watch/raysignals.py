@@ -121,10 +121,6 @@ class RaySignals:
         with _authenticated(self.token_path):
             return self._work(records)
 
-    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
-        with _authenticated(self.token_path):
-            self._drain(records, record_ids, reason)
-
     def drain_idle(
         self, records: Records, record_ids: Sequence[str], deadline: float
     ) -> Mapping[str, bool] | None:
@@ -187,30 +183,6 @@ class RaySignals:
         out = {r.id: False for r in records.live_instances(self.cluster)}
         out.update(_node_work(state, nodes))
         return out
-
-    def _drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
-        """Ray stops scheduling onto these nodes (DrainNode, as autoscaler v2 drains). A lost
-        node is drained for preemption: it may come back, and is not ours to kill here."""
-        try:
-            by_record = {r: n for n, r in self._records_by_node().items()}
-            gcs = self._gcs()
-            from ray.core.generated import autoscaler_pb2  # noqa: PLC0415
-        except Exception as exc:
-            log.warning("Ray nodes of %s not drained: %s", self.cluster, exc)
-            return
-        why = autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
-            "DRAIN_NODE_REASON_PREEMPTION"
-        )
-        for record_id in record_ids:
-            node = by_record.get(record_id)
-            if node is None:
-                continue
-            try:
-                accepted, refusal = gcs.drain_node(node, why, reason, 0)
-            except Exception as exc:
-                log.warning("Ray node of %s not drained: %s", record_id, exc)
-                continue
-            log.info("Ray node of %s drained (%s): %s", record_id, accepted, refusal or reason)
 
     def _drain_idle(self, record_ids: Sequence[str], deadline: float) -> Mapping[str, bool] | None:
         """DrainNode with the idle-termination reason and a deadline, as autoscaler v2 drains an

@@ -181,6 +181,56 @@ def test_lost_needs_all_three_channels_and_never_destroys() -> None:
     assert healed.updates["w1"].lost is False
 
 
+def test_any_warm_channel_clears_the_lost_mark_and_a_cold_one_keeps_it() -> None:
+    """A warm channel clears the mark (DESIGN.md 11): whichever one it is."""
+    cold = worker(
+        lost=True, self_report_at=NOW - 999, provider_ok_at=NOW - 999, probe_ok_at=NOW - 999
+    )
+    assert lost.run([cold], SPECS, lineage=LINEAGE, now=NOW).updates == {}  # still lost: kept
+    for warm in ("self_report_at", "provider_ok_at", "probe_ok_at"):
+        healed = lost.run([replace(cold, **{warm: NOW - 5})], SPECS, lineage=LINEAGE, now=NOW)
+        assert healed.updates["w1"].lost is False, warm
+        assert healed.detections == []
+
+
+def test_a_lost_worker_is_routed_to_nothing_and_its_plan_ends_no_machine() -> None:
+    cold = worker(self_report_at=NOW - 999, provider_ok_at=NOW - 999)
+    found = lost.run([cold], SPECS, lineage=LINEAGE, now=NOW)
+    state = records(found.updates["w1"])
+    plan = react(state, found.detections, SPECS, lineage=LINEAGE, serial=1, now=NOW)
+    assert plan.actions == ()
+
+
+def test_went_silent_still_ends_a_lost_worker_whose_reports_stopped() -> None:
+    silent = worker(lost=True, self_report_at=NOW - W.went_silent_after_seconds - 1)
+    assert [d.cls for d in run_went_silent([silent]).detections] == ["went_silent"]
+
+
+def test_the_money_chain_neither_arms_nor_ends_a_lost_worker() -> None:
+    """Its quiet is not observed (Ray says no work of a node it cannot see) and a stop it cannot
+    hear of ends as a destroy; traffic still clears its timers, with no condition."""
+    quiet_lost = worker(lost=True)
+    armed = idle.scan([quiet_lost], SPECS, busy={"w1": False}, lineage=LINEAGE, now=NOW)
+    assert armed.updates == {}
+    due = replace(DUE_STOP, lost=True)
+    stop = run_auto_stop([due])
+    assert stop.detections == [] and ("w1", idle.LOST) in stop.refusals
+    due_destroy = replace(due, destroy_due_at=NOW - 1)
+    destroy = run_auto_destroy([due_destroy])
+    assert destroy.detections == [] and ("w1", idle.LOST) in destroy.refusals
+    cleared = idle.scan([due], SPECS, busy={"w1": True}, lineage=LINEAGE, now=NOW).updates["w1"]
+    assert cleared.stop_due_at is None and cleared.destroy_due_at is None
+
+
+def test_a_lost_worker_does_not_hold_min_workers_for_a_quiet_one() -> None:
+    """Out of rotation: the quiet worker in rotation is the one that keeps min_workers up."""
+    keep = spec(min_workers=1)
+    lost_one = worker(lost=True, self_report_at=NOW - 999)
+    quiet = replace(DUE_STOP, id="w2", vast_id=12)
+    result = idle.auto_stop([lost_one, quiet], {keep.name: keep}, lineage=LINEAGE, now=NOW)
+    assert result.detections == [] and ("w2", "at-min-workers") in result.refusals
+
+
 def test_idle_scan_arms_both_timers_stop_first() -> None:
     quiet = worker()
     result = idle.scan([quiet], SPECS, busy={"w1": False}, lineage=LINEAGE, now=NOW)

@@ -172,7 +172,6 @@ class Signals:
     demand_at: Callable[[float], Mapping[NodeKey, int]] = lambda now: {}
     work_at: Callable[[float, Records], Mapping[str, bool]] | None = None
     readable: Callable[[float], bool] = lambda now: True
-    drained: list[str] | None = None
     read_clusters: tuple[str, ...] = ()
 
     def demand(
@@ -214,11 +213,6 @@ class Signals:
         if self.work_at is None or not self.readable(now):
             return None
         return self.work_at(now, records)
-
-    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
-        if self.drained is None:
-            self.drained = []
-        self.drained.extend(record_ids)
 
 
 @dataclass

@@ -227,6 +227,18 @@ def test_unknown_keeps_the_container(client: httpx.Client, sim: Sim) -> None:
     assert sim.runner.running(instance_id) is not None  # type: ignore[attr-defined]
 
 
+def test_a_host_heard_again_is_running_on_the_same_boot(client: httpx.Client, sim: Sim) -> None:
+    instance_id = rent(client, 1)["new_contract"]
+    sim.advance(20)
+    sim.faults.unknown(instance_id)
+    sim.faults.heard_again(instance_id, at=sim.clock.now() + 60)
+    sim.advance(30)
+    assert status(client, instance_id) == "unknown"
+    sim.advance(30)
+    assert status(client, instance_id) == "running"
+    assert sim.fleet.instances[instance_id].boots == 1  # the container never stopped
+
+
 def test_oci_create_failure(client: httpx.Client, sim: Sim) -> None:
     sim.faults.oci_failure(2)
     instance_id = rent(client, 2)["new_contract"]

@@ -102,9 +102,6 @@ class FakeReader:
     def work(self, records: Records) -> Mapping[str, bool] | None:
         return self._answer("work", None, self.work_)  # type: ignore[no-any-return]
 
-    def drain(self, records: Records, record_ids: Sequence[str], reason: str) -> None:
-        self._answer("drain", list(record_ids), None)
-
     def drain_idle(
         self, records: Records, record_ids: Sequence[str], deadline: float
     ) -> Mapping[str, bool] | None:
@@ -149,8 +146,8 @@ def test_each_question_goes_to_the_clusters_own_reader_and_each_answer_stays_its
     assert readers.probes(RECORDS) == {"i1": True}
     assert readers.work(RECORDS) == {"i1": True, "i2": False, "i3": False}
 
-    readers.drain(RECORDS, ["i2", "i3", "i4"], "lost")
-    assert ("drain", ["i2"]) in alpha.asked and ("drain", ["i3"]) in beta.asked
+    readers.drain_idle(RECORDS, ["i2", "i3", "i4"], START)
+    assert ("drain_idle", ["i2"]) in alpha.asked and ("drain_idle", ["i3"]) in beta.asked
 
 
 def test_a_failing_reader_is_unknown_for_its_cluster_only(
@@ -168,8 +165,8 @@ def test_a_failing_reader_is_unknown_for_its_cluster_only(
         assert busy.get("i1") is None and busy.get("i2") is None  # unknown: never idle
         assert busy["i3"] is True
         assert readers.work(RECORDS) == {"i3": True}  # alpha's records keep their pins
-        readers.drain(RECORDS, ["i1", "i3"], "lost")  # alpha's drain fails alone
-    assert ("drain", ["i3"]) in beta.asked
+        readers.drain_idle(RECORDS, ["i1", "i3"], START)  # alpha's drain fails alone
+    assert ("drain_idle", ["i3"]) in beta.asked
     failures = [r for r in caplog.records if "of alpha not read" in r.getMessage()]
     assert failures and failures[0].exc_info  # the first with its traceback
 

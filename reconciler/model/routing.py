@@ -75,6 +75,8 @@ ROUTES: dict[str, Route] = {
     "finish_stop": Route((Outcome.NOTHING,), ends_machine=False, stops_machine=True),
     "down": Route((Outcome.NOTHING,)),
     "removed_from_spec": Route((Outcome.NOTHING,)),
+    # a removed cluster's machine that Ray work or a person's pin holds: kept, pruned later
+    "prune_held": Route((Outcome.ALERT,), ends_machine=False),
     "breaker_open": Route((Outcome.HALT,), ends_machine=False),
     # A permanent failure of the node type, not of a host: its image runs another Ray or Python
     # than the head's, which Ray refuses. The candidate is refused at enrollment (it reports and

@@ -57,9 +57,10 @@ def plan(
     The plan is about the clusters of `desired` and nothing else (DESIGN.md 10, "Scope of a
     plan"): a cluster outside it is neither kept nor retired. `declared` is every cluster name of
     a spec directory that loaded and validated completely; a cluster that has records but is no
-    longer declared there is removed (Flux's prune) and joins the scope. Without `declared`
-    nothing is pruned. `sweep_orphans` runs the orphan sweep (the watch controller asks for it on
-    its own, slower cadence)."""
+    longer declared there is removed (Flux's prune) and joins the scope, except its machines
+    that Ray work or a person's pin holds (`_retire`). Without `declared` nothing is pruned.
+    `sweep_orphans` runs the orphan sweep (the watch controller asks for it on its own, slower
+    cadence)."""
     if observation.listing is None:
         why = observation.listing_error or "the listing could not be read"
         return Plan(

@@ -66,6 +66,18 @@ def test_a_prune_that_pins_hold_in_part_still_counts_as_the_whole_cluster() -> N
     p = planned(state, [row(busy), row(pinned), row(idle)])
     assert destroys(p) == [("removed_from_spec", "i3")]
     assert mass_destroys(p, state) == ["gone: 3 of 3 instances"]
+    # the two held are alerted once (the ledger's detection beside it), then only noted
+    assert [(a.cls, a.record) for a in p.records.alerts] == [
+        ("prune_held", "i1"),
+        ("prune_held", "i2"),
+    ]
+    assert [(d.cls, d.record) for d in p.detections] == [
+        ("prune_held", "i1"),
+        ("prune_held", "i2"),
+    ]
+    again = planned(p.records, [row(busy), row(pinned), row(idle)])
+    assert again.detections == () and len(again.records.alerts) == 2
+    assert [n.split(":")[0] for n in again.notes] == ["prune_held", "prune_held"]
 
 
 def test_what_is_not_most_of_a_cluster_goes_ahead() -> None:

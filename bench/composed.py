@@ -130,6 +130,8 @@ def two_clusters() -> TwoClusters:
         edited = spec("a", min_workers=2, max_workers=5)
         f.controller.set_specs({"a": edited, "b": b, "c": c})
         f.advance(START + 3 * H)
+        # c's file is removed and pruned: all of a cluster needs a person's yes (the guard)
+        f.controller.allow_mass_destroy = True
         f.controller.set_specs({"a": edited, "b": b})
         f.advance(START + 4 * H)
         records = f.controller.records().instances.values()

@@ -75,6 +75,8 @@ ROUTES: dict[str, Route] = {
     "finish_stop": Route((Outcome.NOTHING,), ends_machine=False, stops_machine=True),
     "down": Route((Outcome.NOTHING,)),
     "removed_from_spec": Route((Outcome.NOTHING,)),
+    # a removed cluster's machine that Ray work or a person's pin holds: kept, pruned later
+    "prune_held": Route((Outcome.ALERT,), ends_machine=False),
     "breaker_open": Route((Outcome.HALT,), ends_machine=False),
     # the breaker opened again with no serving worker since the last time: a person looks
     "breaker_repeated": Route((Outcome.HALT, Outcome.ALERT), ends_machine=False),

@@ -96,9 +96,10 @@ class Draft:
             )
         )
 
-    def alert(self, cluster: str, found: Detection) -> None:
+    def alert(self, cluster: str, found: Detection) -> bool:
         """A person must look; nothing is retried. The same alert (cluster, class, record) is
-        not raised again within `ALERT_REPEAT_SECONDS`: the ledger still has every detection."""
+        not raised again within `ALERT_REPEAT_SECONDS`: the ledger still has every detection.
+        Whether it was raised now."""
         same = [
             a
             for a in (*self.records.alerts, *self.alerts)
@@ -106,9 +107,10 @@ class Draft:
             and self.now - a.at < ALERT_REPEAT_SECONDS
         ]
         if same:
-            return
+            return False
         self.alerts.append(Alert(self.now, cluster, found.cls, found.detail, found.record))
         self.notes.append(f"ALERT {found.cls}: {found.detail} ({found.record})")
+        return True
 
     def block(
         self,

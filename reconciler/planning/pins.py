@@ -113,6 +113,20 @@ def name(record: InstanceRecord) -> str:
     return f"{record.id} ({vast}{record.cluster}/{record.node_type})"
 
 
+def holding(record: InstanceRecord, now: float) -> str | None:
+    """What holds `record` at `now`, in words for the ledger and `status` ("Ray work on its
+    node", "a pin by alice until 14:05 UTC"), or None when nothing does. The same holds as
+    `InstanceRecord.held` (reaper gate 3): a prune waits for them too (DESIGN.md 11)."""
+    if not record.held(now):
+        return None
+    why = ["Ray work on its node"] if record.pinned else []
+    if in_force(record, now):
+        until = record.pinned_until
+        span = f"until {utc_text(until)}" if until is not None else "until `ray-vast unpin`"
+        why.append(f"a pin by {record.pinned_by} {span}")
+    return " and ".join(why)
+
+
 def in_force(record: InstanceRecord, now: float) -> bool:
     return record.pinned_by is not None and (
         record.pinned_until is None or now < record.pinned_until

@@ -16,13 +16,16 @@ from dataclasses import replace
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind, ClusterCost, Detection, Plan
-from reconciler.model.records import Intent, Records
+from reconciler.model.records import InstanceRecord, Intent, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits
-from reconciler.planning import lifecycle, orphans, scaling
+from reconciler.planning import lifecycle, orphans, pins, scaling
 from reconciler.planning.draft import Draft
 from reconciler.planning.offers import Budget
 from reconciler.planning.refresh import refresh
+
+# The ledger class (and alert) of a removed cluster's machine that a pin holds against the prune.
+PRUNE_HELD = "prune_held"
 
 # Order in which actions are carried out: free money before spending it.
 ACTION_ORDER = {
@@ -54,9 +57,10 @@ def plan(
     The plan is about the clusters of `desired` and nothing else (DESIGN.md 10, "Scope of a
     plan"): a cluster outside it is neither kept nor retired. `declared` is every cluster name of
     a spec directory that loaded and validated completely; a cluster that has records but is no
-    longer declared there is removed (Flux's prune) and joins the scope. Without `declared`
-    nothing is pruned. `sweep_orphans` runs the orphan sweep (the watch controller asks for it on
-    its own, slower cadence)."""
+    longer declared there is removed (Flux's prune) and joins the scope, except its machines
+    that Ray work or a person's pin holds (`_retire`). Without `declared` nothing is pruned.
+    `sweep_orphans` runs the orphan sweep (the watch controller asks for it on its own, slower
+    cadence)."""
     if observation.listing is None:
         why = observation.listing_error or "the listing could not be read"
         return Plan(
@@ -206,7 +210,13 @@ def _removed(draft: Draft, declared: Collection[str] | None) -> set[str]:
 
 def _retire(draft: Draft, cluster: str, by_id: Mapping[int, Instance]) -> None:
     """A cluster whose spec is gone from the directory is torn down, like a removed resource;
-    destroys that failed earlier are finished here too (nobody else plans for this cluster)."""
+    destroys that failed earlier are finished here too (nobody else plans for this cluster).
+
+    Pins hold against prune (DESIGN.md 11): a machine that Ray work or a person's pin holds
+    (reaper gate 3, `InstanceRecord.held`) is not ended by a removed spec, which may be a
+    rename or a mistake while a job runs; it is held with an alert and pruned by the first
+    plan after the work or the pin ends. `down` (planning/teardown.py) is not a prune: it ends
+    everything."""
     lifecycle.finish_unfinished(draft, cluster, by_id, None)
     for record in list(draft.instances.values()):
         if record.cluster != cluster or not record.live or record.intent is Intent.DESTROYED:
@@ -215,7 +225,30 @@ def _retire(draft: Draft, cluster: str, by_id: Mapping[int, Instance]) -> None:
             continue
         if record.vast_id is None:
             continue  # a pending create: adopted from the listing first, then retired
+        why = pins.holding(record, draft.now)
+        if why is not None:
+            _hold(draft, record, why)
+            continue
         draft.destroy(record, "removed_from_spec", f"cluster {cluster} is no longer declared")
+
+
+def _hold(draft: Draft, record: InstanceRecord, why: str) -> None:
+    """A removed cluster's machine kept for what holds it: an alert for a person (`status`),
+    with its line in the ledger and the log, raised once (again after an hour while it holds),
+    and a note in every plan meanwhile (so `ray-vast plan` says why it is not destroyed)."""
+    found = Detection(
+        record.id,
+        PRUNE_HELD,
+        f"cluster {record.cluster} is no longer declared, but {why} holds instance "
+        f"{record.vast_id}: it is pruned when that ends (`ray-vast down {record.cluster}` "
+        "ends it now)",
+        record.vast_id,
+        record.cluster,
+    )
+    if draft.alert(record.cluster, found):
+        draft.detections.append(found)
+    else:
+        draft.notes.append(f"{PRUNE_HELD}: {found.detail} ({record.id})")
 
 
 def _cluster_dph(draft: Draft, cluster: str) -> float:

@@ -1,10 +1,12 @@
 """`down` as a plan: Terraform's destroy mode, carried out by the one executor.
 
 Every instance vast lists with the cluster's label is destroyed, whoever's state made it (`down` is
-the kill switch: an instance another state lost track of must end too). A live record of ours for
-an instance becomes the action's record, so the executor saves its intent before the call and its
-end after; an instance with no live record is destroyed by its vast id alone. The records are not
-changed by the plan itself: nothing is decided before the person confirms.
+the kill switch: an instance another state lost track of must end too), and so is every machine a
+pin holds against a prune (DESIGN.md 11: pins hold against prune, `down` ends everything). A live
+record of ours for an instance becomes the action's record, so the executor saves its intent
+before the call and its end after; an instance with no live record is destroyed by its vast id
+alone. The records are not changed by the plan itself: nothing is decided before the person
+confirms.
 """
 
 from __future__ import annotations

@@ -90,6 +90,7 @@ def test_destroys_failing_five_times_then_succeeding_end_a_removed_clusters_mach
         # five destroys fail (each after the client's own 8 tries), then vast takes one
         f.sim.faults.server_error(DELETE, 5 * 8, status=502)
         f.controller.set_specs({})  # the whole directory no longer declares it
+        f.controller.allow_mass_destroy = True  # its one worker is all of it: a person's yes
         removed_at = f.clock.now()
         run(f, removed_at + 15 * M)
         assert victim not in f.sim.instances

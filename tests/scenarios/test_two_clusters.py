@@ -54,10 +54,18 @@ def test_adding_editing_and_removing_a_cluster_leaves_the_others_alone() -> None
         assert workers(f, "alpha") == first
         assert (workers(f, "beta"), workers(f, "gamma")) == (beta, gamma)
 
-        # beta's file is removed: its one worker is pruned (the revision in the ledger) ...
+        # beta's file is removed: its one worker is all of beta, so an unattended watch holds
+        # the prune and alerts (issue 21: the guard never held a cluster of one) ...
         f.controller.set_specs({"alpha": edited, "gamma": GAMMA}, revision="rev-2")
         run(f, f.clock.now() + 5 * M)
+        assert alive(f, "beta") == beta
+        alerts = [a for a in f.controller.records().alerts if a.cls == "mass_destroy_refused"]
+        assert [a.cluster for a in alerts] == ["beta"]
+        # ... and `watch --allow-mass-destroy` prunes it (the revision in the ledger)
+        f.controller.allow_mass_destroy = True
+        run(f, f.clock.now() + 5 * M)
         assert alive(f, "beta") == set()
+        f.controller.allow_mass_destroy = False
         assert {ended_by(f)[v] for v in beta} == {"removed_from_spec"}
         paid = dollars(f, "beta")
         run(f, f.clock.now() + 10 * M)
@@ -71,7 +79,7 @@ def test_adding_editing_and_removing_a_cluster_leaves_the_others_alone() -> None
         run(f, f.clock.now() + 5 * M)
         assert workers(f, "gamma") == gamma and alive(f, "gamma") == gamma
         alerts = [a for a in f.controller.records().alerts if a.cls == "mass_destroy_refused"]
-        assert [a.cluster for a in alerts] == ["gamma"]
+        assert [a.cluster for a in alerts] == ["beta", "gamma"]
         f.controller.allow_mass_destroy = True
         run(f, f.clock.now() + 5 * M)
         assert alive(f, "gamma") == set()
@@ -107,9 +115,11 @@ def test_a_spec_file_that_turns_invalid_changes_nothing_and_alerts(tmp_path: Pat
         assert alerts == {"alpha", "beta"}
         assert not ended_by(f).keys() & before
 
-        # the directory is whole again, without beta: now beta is pruned
+        # the directory is whole again, without beta: now beta is pruned, once a person says
+        # yes (its one worker is all of it)
         (tmp_path / "beta.yaml").unlink()
         _reload(source, f.controller, deps, logger)  # type: ignore[arg-type]
+        f.controller.allow_mass_destroy = True
         run(f, f.clock.now() + 5 * M)
         assert alive(f, "beta") == set() and len(workers(f, "alpha")) == 2
 

@@ -597,6 +597,7 @@ class AgentBehaviour(Behaviour):
             processes={"pids": 120, "pids_limit": None, "ray_processes": 8},
             worker_ports={"in_use": [], "total": self._worker_ports},
             utilisation=self._sample(now, state.gpus),
+            stop_acknowledged=command.stop_acknowledged,
         )
         answer = self._post(self._heartbeat_url(), body, now)
         status = None if isinstance(answer, str) else answer[0]

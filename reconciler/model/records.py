@@ -166,6 +166,14 @@ class InstanceRecord:
     start_requested_at: float | None = None
     # The boot that resumed it with its saved certificate (its lost answer is answered again).
     resumed_boot: str | None = None
+    # The money chain's stop as a handshake with the agent (DESIGN.md 11, `model.stopping`):
+    # when the head recorded intent stopped and began to answer heartbeats "stop pending"; when
+    # the agent acknowledged (from then on Ray's exit is part of the stop: the node is drained,
+    # then vast's stop is called); when a stop was called off before vast's stop (a rejected
+    # drain, traffic, demand): the next heartbeat answer says "cancelled".
+    stop_asked_at: float | None = None
+    stop_acked_at: float | None = None
+    stop_cancelled_at: float | None = None
 
     @property
     def live(self) -> bool:

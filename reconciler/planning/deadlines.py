@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from reconciler.model import stopping
 from reconciler.model.records import (
     InstanceRecord,
     Intent,
@@ -89,5 +90,7 @@ def net_deadlines(instances: Iterable[InstanceRecord], spec: ClusterSpec) -> dic
             if not r.exempt:
                 at("boot_failure", since + w.never_reported_seconds)
         at("auto_stop", r.stop_due_at)
+        # the stop handshake's next step (DESIGN.md 11): acknowledged, or overdue
+        at("auto_stop", stopping.due(r, float(w.heartbeat_interval_seconds)))
         at("auto_destroy", r.destroy_due_at)
     return found

@@ -73,7 +73,7 @@ def finish_unfinished(
             continue
         if record.intent is Intent.DESTROYED:
             _finish(draft, record, listing, missing, ActionKind.DESTROY)
-        elif stopping.in_handshake(record):
+        elif stopping.in_handshake(record) and record.vast_id in listing:
             continue  # asked of the agent, not called yet: the handshake's, not unfinished
         elif record.intent is Intent.STOPPED and record.phase is not Phase.STOPPED:
             _finish(draft, record, listing, missing, ActionKind.STOP)

@@ -20,6 +20,12 @@ harness) can hold the agent to the seed's rules without playing it by hand.
         -> keeping:    StopRay, SaveIdentity (the enrollment answer: certificate and key)
         -> stopped:    Exit: PID 1 exits and the container stops, its disk kept
 
+    worker, a heartbeat answer says "stop": "pending" (DESIGN.md 11, `agent.stopping`):
+        the stop is pending: a heartbeat goes out at once with "stop": "acknowledged" (and every
+        one after it); Ray's exit is part of the stop now (the head drains the node, then calls
+        vast's stop, whose TERM ends the boot as above); "cancelled", or an answer without a
+        stop, ends the wait: the worker serves on (or, its Ray gone, ends as `ray_exited`)
+
 A deliberate stop (the money chain's: the head recorded intent `stopped` before vast's stop sent
 the TERM) keeps the disk: the worker reports first as always, and only when the head's answer
 says `deliberate_stop` does it stop Ray cleanly, keep its identity on the container's disk and
@@ -61,6 +67,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent import stopping
 from agent.config import Settings
 
 # Phases of one boot of the container.
@@ -173,6 +180,11 @@ class AgentState:
     # enrolling. None: a boot that enrolls.
     saved: Mapping[str, Any] | None = None
     kept_disk: bool = False  # the head said "deliberate stop": the disk is kept, no destroy
+    # The money chain's stop handshake (DESIGN.md 11): when a heartbeat answer said "stop
+    # pending" (each heartbeat acknowledges it from then on), and when Ray exited during it
+    # (drained for the stop: part of it, not an ending, until `worker_gives_up_after`).
+    stop_pending_at: float | None = None
+    ray_gone_in_stop: float | None = None
 
     @property
     def enroll_deadline(self) -> float:
@@ -183,6 +195,13 @@ class AgentState:
         if self.last_ok is None:
             return None
         return self.last_ok + self.timings.worker_gives_up_after
+
+    @property
+    def stop_overdue_at(self) -> float | None:
+        """Ray exited for a stop whose TERM has not come this long after: an ending."""
+        if self.ray_gone_in_stop is None:
+            return None
+        return self.ray_gone_in_stop + self.timings.worker_gives_up_after
 
 
 def initial(
@@ -352,6 +371,7 @@ class StartRay(Command):
 class SendHeartbeat(Command):
     seq: int
     timeout: float
+    stop_acknowledged: bool = False  # the body says "stop": "acknowledged" (DESIGN.md 11)
 
 
 @dataclass(frozen=True)
@@ -429,6 +449,7 @@ def wake_at(state: AgentState) -> float | None:
             times.append(state.next_enroll)
     elif state.phase == WORKER:
         times.append(state.gives_up_at)
+        times.append(state.stop_overdue_at)
         if state.in_flight is None:
             times.append(state.next_beat)
     elif state.phase == ENDING:
@@ -461,6 +482,10 @@ def _tick(state: AgentState, now: float) -> _Out:
         # a beat that is due goes out first: it may be the success that keeps the worker
         if state.in_flight is None and state.next_beat is not None and now >= state.next_beat:
             return _send_heartbeat(state, now)
+        overdue = state.stop_overdue_at
+        if overdue is not None and now >= overdue:
+            detail = f"Ray exited for the head's stop {now - (state.ray_gone_in_stop or now):.0f}s"
+            return _end(state, RAY_EXITED, f"{detail} ago and no stop came", now)
         return _maybe_give_up(state, [], now)
     elif state.phase == ENDING:
         if state.report_deadline is not None and now >= state.report_deadline:
@@ -630,7 +655,8 @@ def _send_heartbeat(state: AgentState, now: float) -> _Out:
     state = dataclasses.replace(
         state, seq=seq, in_flight="heartbeat", next_beat=now + t.heartbeat_interval
     )
-    return state, [SendHeartbeat(seq, min(t.request_timeout, t.heartbeat_interval))]
+    timeout = min(t.request_timeout, t.heartbeat_interval)
+    return state, [SendHeartbeat(seq, timeout, state.stop_pending_at is not None)]
 
 
 def _heartbeat_answered(state: AgentState, event: HeartbeatAnswered, now: float) -> _Out:
@@ -646,7 +672,8 @@ def _heartbeat_answered(state: AgentState, event: HeartbeatAnswered, now: float)
             worker_gives_up_after=_positive(limits.get("worker_gives_up_after_seconds"))
             or t.worker_gives_up_after,
         )
-        return dataclasses.replace(state, in_flight=None, last_ok=now, timings=timings), []
+        state = dataclasses.replace(state, in_flight=None, last_ok=now, timings=timings)
+        return _stop_word(state, stopping.word(event.doc), now)
     if event.status == 403:
         detail = f"the head refused a heartbeat: {describe(event.status, event.doc)}"
         return _end(dataclasses.replace(state, in_flight=None), HEARTBEAT_REFUSED, detail, now)
@@ -670,9 +697,35 @@ def _maybe_give_up(state: AgentState, commands: list[Command], now: float) -> _O
     return state, commands + more
 
 
+def _stop_word(state: AgentState, word: str | None, now: float) -> _Out:
+    """A heartbeat answer's word on the money chain's stop (DESIGN.md 11)."""
+    pending = state.stop_pending_at is not None
+    if word == stopping.PENDING:
+        if pending:
+            return state, []
+        # acknowledged at once: the next heartbeat goes out now and says so
+        state = dataclasses.replace(state, stop_pending_at=now, next_beat=now)
+        note = "the head will stop this instance (stop pending): acknowledged; Ray's exit is"
+        return state, [Log(f"{note} part of the stop from now on")]
+    if not pending:
+        return state, []
+    gone = state.ray_gone_in_stop
+    state = dataclasses.replace(state, stop_pending_at=None, ray_gone_in_stop=None)
+    said = "stop cancelled" if word == stopping.CANCELLED else "no stop in the head's answer"
+    if gone is not None:
+        detail = f"{said} after Ray exited for it ({now - gone:.0f}s ago)"
+        return _end(state, RAY_EXITED, detail, now)
+    return state, [Log(f"{said}: the worker serves on")]
+
+
 def _ray_exited(state: AgentState, event: RayExited, now: float) -> _Out:
     if state.phase != WORKER or not state.ray_started:
         return state, []  # Ray is not ours to watch yet, or its stop is part of the ending
+    if state.stop_pending_at is not None:
+        if state.ray_gone_in_stop is None:
+            state = dataclasses.replace(state, ray_gone_in_stop=now)
+        note = f"Ray exited with code {event.code} during the head's stop: part of the stop"
+        return state, [Log(f"{note}; waiting for vast's stop")]
     return _end(state, RAY_EXITED, f"Ray exited with code {event.code}", now)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agent import stopping
 from agent.config import Settings
 from agent.lifecycle import DETAIL_LIMIT, Report
 
@@ -89,9 +90,11 @@ def heartbeat_body(
     processes: Mapping[str, Any],
     worker_ports: Mapping[str, Any],
     utilisation: Mapping[str, Any],
+    stop_acknowledged: bool = False,
 ) -> dict[str, Any]:
-    """POST /heartbeat (port B): Ray's state, the process limit and a utilisation sample."""
-    return {
+    """POST /heartbeat (port B): Ray's state, the process limit and a utilisation sample; and,
+    while the worker waits for a stop the head said is pending, "stop": "acknowledged"."""
+    body: dict[str, Any] = {
         "protocol": PROTOCOL,
         "instance_id": settings.instance_id,
         "record_id": record_id,
@@ -103,6 +106,9 @@ def heartbeat_body(
         "worker_ports": dict(worker_ports),
         "utilisation": dict(utilisation),
     }
+    if stop_acknowledged:
+        body["stop"] = stopping.ACKNOWLEDGED
+    return body
 
 
 def report_body(settings: Settings, *, boot_id: str, report: Report, at: float) -> dict[str, Any]:

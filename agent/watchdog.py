@@ -380,6 +380,7 @@ class Watchdog:
                 "total": len(self._worker_ports),
             },
             utilisation=self.sampler.utilisation(),
+            stop_acknowledged=command.stop_acknowledged,
         )
         reply = self._exchange(
             self._heartbeat_url,

@@ -12,7 +12,9 @@ one, and carries out its commands against the real counterparts, in-process:
                                               call names the container's address (its boot's
                                               `PUBLIC_IPADDR`) as the peer the head sees
     StartRay / StopRay                        a simulated Ray node (`agent.raynode.ray_plan` still
-                                              reads the answer's Ray section)
+                                              reads the answer's Ray section); an idle drain
+                                              that Ray accepted ends it, as Ray ends a drained
+                                              idle raylet (`AgentWorld.drained`)
     DestroySelf                               vast's API, `DELETE /api/v0/instances/<own id>/`
                                               with the container's own CONTAINER_API_KEY
                                               (`vastsim.InProcessTransport`), read by
@@ -94,6 +96,9 @@ from vastsim import Behaviour, Container, ContainerSpec, InProcessTransport, Sim
 
 DOCKER_STOP_GRACE = 10.0  # docker stop's default: TERM, then KILL this long after
 RAY_STARTUP = 8.0  # seconds from `ray start` to a listening raylet (the seed: 7.9 s)
+# From Ray accepting an idle drain of a node to its raylet's exit (Ray ends a drained idle
+# raylet at once: `ray start --block` then exits, and the agent sees Ray exit).
+RAY_DRAINED_EXIT = 0.5
 UNREACHABLE = "connection timed out (the network is down)"
 REFUSED = "connection refused"
 
@@ -213,6 +218,14 @@ class AgentWorld:
             found["python_version_match_level"] = level[:32]
         return found
 
+    def drained(self, vast_id: int, now: float) -> None:
+        """Ray accepted an idle drain of this instance's node (`Signals.drain_idle` of a
+        scenario, as autoscaler v2 drains for idle termination): its raylet exits moments later,
+        as Ray's does, and the agent sees Ray exit."""
+        agent = self.agent(vast_id)
+        if agent is not None:
+            agent.drained(now)
+
     def works(self, vast_id: int, now: float) -> bool:
         own = self.fault(vast_id).working
         return (own or self.working)(now)
@@ -285,6 +298,7 @@ class AgentBehaviour(Behaviour):
         self.exited_at: float | None = None  # PID 1 exited by itself (a deliberate stop)
         self.ray_since: float | None = None
         self.ray_gone_at: float | None = None
+        self.ray_drained_at: float | None = None  # Ray accepted an idle drain: its exit is due
         # (when, what was sent or done, the answer's status or None)
         self.trace: list[tuple[float, Command]] = []
         self.reports: list[tuple[float, lifecycle.Report, int | None]] = []
@@ -316,6 +330,19 @@ class AgentBehaviour(Behaviour):
     @property
     def fault(self) -> ContainerFault:
         return self.world.fault(self.vast_id)
+
+    def drained(self, now: float) -> None:
+        """Ray drained this node for idle termination: the raylet exits `RAY_DRAINED_EXIT`
+        later (a node whose Ray is not running has nothing to end)."""
+        if self._ray_running and self.ray_drained_at is None:
+            self.ray_drained_at = now
+            self._log(now, "Ray drained the node for idle termination: the raylet exits")
+
+    @property
+    def _drained_exit_at(self) -> float | None:
+        if self.ray_drained_at is None or not self._ray_running:
+            return None
+        return self.ray_drained_at + RAY_DRAINED_EXIT
 
     # --- vastsim's Behaviour ---------------------------------------------------------------
 
@@ -386,6 +413,7 @@ class AgentBehaviour(Behaviour):
             times.append(fault.pid1_killed_at)
         if self._ray_running and fault.ray_exits_at is not None:
             times.append(fault.ray_exits_at)
+        times.append(self._drained_exit_at)
         known = [t for t in times if t is not None]
         return min(known) if known else None
 
@@ -431,6 +459,11 @@ class AgentBehaviour(Behaviour):
         if self._ray_running and fault.ray_exits_at is not None and now >= fault.ray_exits_at:
             self.ray_gone_at = now
             self._push(RayExited(fault.ray_exit_code), now)
+        drained = self._drained_exit_at
+        if drained is not None and now >= drained:
+            self.ray_gone_at = now
+            self._log(now, "Ray exited: the node was drained")
+            self._push(RayExited(0), now)
 
     def _dies_in_this_boot(self, at: float) -> bool:
         return self.started_at is not None and at >= self.started_at
@@ -564,6 +597,7 @@ class AgentBehaviour(Behaviour):
             processes={"pids": 120, "pids_limit": None, "ray_processes": 8},
             worker_ports={"in_use": [], "total": self._worker_ports},
             utilisation=self._sample(now, state.gpus),
+            stop_acknowledged=command.stop_acknowledged,
         )
         answer = self._post(self._heartbeat_url(), body, now)
         status = None if isinstance(answer, str) else answer[0]

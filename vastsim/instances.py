@@ -59,6 +59,8 @@ class Instance:
     force_oci_failure: bool = False
     ssh_keys: list[str] = field(default_factory=list)
     destroyed_at: float | None = None
+    # A stop call not carried out yet (`Timing.stop_delay`): when it takes effect.
+    stop_at: float | None = None
     hidden_listings: int = 0
 
     @property

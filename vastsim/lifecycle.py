@@ -55,6 +55,10 @@ class Timing:
     reboot: float = 10.0
     restart: float = 2.0
     destroy_list_lag: float = 0.0
+    # From a stop call to its effect (docker stop's TERM to PID 1, status `stopped`): vast
+    # carries a stop out seconds after it answered the call; until then the instance runs on
+    # with `intended_status` stopped. Tests vary it (0 to 10 s); 0 stops at the call.
+    stop_delay: float = 0.0
 
     @classmethod
     def instant(cls) -> Timing:
@@ -257,12 +261,37 @@ class Fleet:
         return inst
 
     def stop(self, inst: Instance, now: float) -> None:
+        """The stop call: carried out `timing.stop_delay` after it (at once without a delay);
+        a second call while one is under way changes nothing."""
         if inst.intended_status == "stopped" and inst.actual_status == "stopped":
             return
+        if inst.stop_at is not None:
+            return
+        delay = self.timing.stop_delay
+        if delay <= 0:
+            self._stop_now(inst, now)
+            return
+        inst.intended_status = "stopped"
+        inst.next_state = "stopped"
+        inst.stop_at = now + delay
+        self._during_rental(inst.stop_at, inst, self._stop_due)
+
+    def _stop_due(self, inst: Instance, now: float) -> None:
+        if inst.stop_at is not None and now >= inst.stop_at:
+            self._stop_now(inst, now)
+
+    def _stop_now(self, inst: Instance, now: float) -> None:
+        inst.stop_at = None
         self._halt(inst, now)
         self._mark_stopped(inst, now, None)
 
     def start(self, inst: Instance, now: float) -> None:
+        if inst.stop_at is not None:
+            # a start while the stop is still under way: the stop is called off, it runs on
+            inst.stop_at = None
+            inst.intended_status = "running"
+            inst.next_state = "running"
+            return
         if inst.intended_status == "running" and inst.actual_status in PENDING_STATUSES | {
             "scheduling"
         }:

@@ -189,14 +189,14 @@ class HeadApp:
         if decision.refusal is not None:
             return refusal_answer(decision.refusal)
         w = self.spec.watchdogs
-        return json_answer(
-            200,
-            {
-                "ok": True,
-                "heartbeat_interval_seconds": float(w.heartbeat_interval_seconds),
-                "worker_gives_up_after_seconds": float(w.worker_gives_up_after_seconds),
-            },
-        )
+        answer: dict[str, Any] = {
+            "ok": True,
+            "heartbeat_interval_seconds": float(w.heartbeat_interval_seconds),
+            "worker_gives_up_after_seconds": float(w.worker_gives_up_after_seconds),
+        }
+        if decision.outcome is not None and decision.outcome.stop is not None:
+            answer["stop"] = decision.outcome.stop  # the money chain's stop (DESIGN.md 11)
+        return json_answer(200, answer)
 
     # --- POST /resume (port B) -------------------------------------------------------------
 

@@ -7,16 +7,21 @@ other answer is 403 ("you are not a worker here": the worker reports and destroy
 certificate's serial joins the revocation set, and the refusal is kept in the ledger.
 
 A heartbeat that passes moves the worker's own report clock (`self_report_at`, the only thing the
-went-silent net reads) and, once Ray runs, its phase from enrolled to serving.
+went-silent net reads) and, once Ray runs, its phase from enrolled to serving. It also carries the
+money chain's stop handshake (DESIGN.md 11, `model.stopping`): the answer says "stop": "pending"
+while a stop is under way and "cancelled" after one was called off, and the agent's
+acknowledgment is kept on the record (`stop_acked_at`), which lets the controller drain the node
+and call vast's stop.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from reconciler.head import decisions as dec
 from reconciler.head.messages import Heartbeat
 from reconciler.head.pki import WorkerIdentity
+from reconciler.model import stopping
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
 from reconciler.state.ledger import LedgerKind
 
@@ -24,6 +29,15 @@ from reconciler.state.ledger import LedgerKind
 CPU_BUSY = 0.10
 GPU_BUSY = 0.05
 NET_BUSY_BYTES_PER_SECOND = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A heartbeat that passed: the worker's record as it is now, and what the answer says of
+    the money chain's stop ("pending", "cancelled", or None: nothing)."""
+
+    record: InstanceRecord
+    stop: str | None = None
 
 
 def heartbeat(
@@ -34,7 +48,7 @@ def heartbeat(
     cluster: str,
     lineage: str,
     now: float,
-) -> dec.Decision[InstanceRecord]:
+) -> dec.Decision[Taken]:
     if identity is None:
         return _refuse(records, None, beat, "unknown_worker", "the certificate names no worker")
     record = records.instances.get(identity.record_id)
@@ -52,9 +66,10 @@ def heartbeat(
         sample_at=now,
         sample_busy=busy(beat),
     )
-    notes: tuple[dec.Note, ...] = ()
+    updated = stopping.heard(updated, beat.stop_acknowledged, now)
+    notes: list[dec.Note] = []
     if serving:
-        notes = (
+        notes.append(
             dec.Note(
                 LedgerKind.NOTE,
                 "serving",
@@ -62,9 +77,25 @@ def heartbeat(
                 record=record.id,
                 instance=record.vast_id,
                 data={"ray_pid": beat.ray.pid},
-            ),
+            )
         )
-    return dec.Decision(dec.put(records, updated), notes, (), None, updated)
+    if updated.stop_acked_at is not None and record.stop_acked_at is None:
+        notes.append(_acknowledged(updated, now))
+    taken = Taken(updated, stopping.answer(record))
+    return dec.Decision(dec.put(records, updated), tuple(notes), (), None, taken)
+
+
+def _acknowledged(record: InstanceRecord, now: float) -> dec.Note:
+    asked = record.stop_asked_at if record.stop_asked_at is not None else now
+    return dec.Note(
+        LedgerKind.NOTE,
+        stopping.ACKED_CLASS,
+        f"instance {record.vast_id}: the agent acknowledged the stop {now - asked:.0f}s after "
+        "it was asked: its Ray's exit is part of the stop; the node is drained, then stopped",
+        record=record.id,
+        instance=record.vast_id,
+        data={"asked_at": asked},
+    )
 
 
 def busy(beat: Heartbeat) -> bool:
@@ -119,7 +150,7 @@ def _refuse(
     beat: Heartbeat,
     error: str,
     why: str,
-) -> dec.Decision[InstanceRecord]:
+) -> dec.Decision[Taken]:
     instance = identity.instance_id if identity is not None else beat.instance_id
     note = dec.Note(
         LedgerKind.DETECTION,

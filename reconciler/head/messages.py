@@ -233,6 +233,8 @@ class Heartbeat:
     gpu_memory_fraction: float | None = None
     cpu_source: str | None = None
     gpu_source: str | None = None
+    # The agent heard "stop pending" and waits for the stop (its Ray's exit is part of it).
+    stop_acknowledged: bool = False
 
     @classmethod
     def of(cls, doc: Mapping[str, Any], *, received_at: float) -> Heartbeat:
@@ -262,6 +264,7 @@ class Heartbeat:
             gpu_memory_fraction=use.get("gpu_memory_fraction"),
             cpu_source=use.get("cpu_source"),
             gpu_source=use.get("gpu_source"),
+            stop_acknowledged=doc.get("stop") == "acknowledged",
         )
 
 

@@ -173,6 +173,14 @@ class InstanceRecord:
     # "served" (it served `min_service_seconds`: the configuration is proven) or "short" (it
     # ended with a failure report before that: its slot counts as one with no worker).
     breaker_mark: str | None = None
+    # The money chain's stop as a handshake with the agent (DESIGN.md 11, `model.stopping`):
+    # when the head recorded intent stopped and began to answer heartbeats "stop pending"; when
+    # the agent acknowledged (from then on Ray's exit is part of the stop: the node is drained,
+    # then vast's stop is called); when a stop was called off before vast's stop (a rejected
+    # drain, traffic, demand): the next heartbeat answer says "cancelled".
+    stop_asked_at: float | None = None
+    stop_acked_at: float | None = None
+    stop_cancelled_at: float | None = None
 
     @property
     def live(self) -> bool:

@@ -73,6 +73,13 @@ ROUTES: dict[str, Route] = {
     "restart": Route((Outcome.RETRY,), ends_machine=False),
     "finish_destroy": Route((Outcome.NOTHING,)),
     "finish_stop": Route((Outcome.NOTHING,), ends_machine=False, stops_machine=True),
+    # the money chain's stop as a handshake with the agent (DESIGN.md 11, `model.stopping`):
+    # asked, acknowledged, called off before vast's stop, or stopped without the drain when the
+    # agent never acknowledged (the disk-safe way)
+    "stop_pending": Route((Outcome.NOTHING,), ends_machine=False),
+    "stop_acknowledged": Route((Outcome.NOTHING,), ends_machine=False),
+    "stop_cancelled": Route((Outcome.NOTHING,), ends_machine=False),
+    "stop_unacknowledged": Route((Outcome.NOTHING,), ends_machine=False, stops_machine=True),
     "down": Route((Outcome.NOTHING,)),
     "removed_from_spec": Route((Outcome.NOTHING,)),
     # a removed cluster's machine that Ray work or a person's pin holds: kept, pruned later

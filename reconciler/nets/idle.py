@@ -13,6 +13,12 @@ channel hears it, so its quiet is not observed (Ray reports no work on a node it
 its traffic could not clear a timer, and a stop it cannot hear of ends as a destroy. It is not
 counted toward min_workers either: it is out of rotation. If its reports stay away, went-silent
 ends it at its own threshold.
+
+The stop of a worker with an agent is a handshake (DESIGN.md 11, `model.stopping`): auto-stop
+first asks (the plan records intent stopped; the heartbeat answers say "stop pending"), and once
+the agent has acknowledged it finds the worker again as `idle_stop`, which the controller drains
+through Ray and stops; without an acknowledgment in time, as `stop_unacknowledged`, stopped
+without the drain. Traffic or a pin before vast's stop is called calls the stop off.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import replace
 
+from reconciler.model import stopping
 from reconciler.model.records import (
     InstanceRecord,
     Intent,
@@ -75,7 +82,8 @@ def scan(
         armed = record.stop_due_at or record.destroy_due_at or open_since(record.quiet)
         if busy.get(record.id) and armed:
             cleared = replace(record, stop_due_at=None, destroy_due_at=None)
-            result.updates[record.id] = traffic_again(cleared, now)
+            # a stop vast has not been asked for yet is called off too (the agent is told)
+            result.updates[record.id] = traffic_again(stopping.cancelled(cleared, now), now)
     for record in serving_workers(everything):  # arming: gated
         spec = specs.get(record.cluster)
         if spec is None or record.id in result.updates or busy.get(record.id) is not False:
@@ -94,7 +102,8 @@ def auto_stop(
     records: Iterable[InstanceRecord], specs: Specs, *, lineage: str, now: float
 ) -> NetResult:
     result = NetResult()
-    workers = serving_workers(records)
+    everything = list(records)
+    workers = serving_workers(everything)
     for record in workers:
         if record.stop_due_at is None or record.stop_due_at > now:
             continue
@@ -111,7 +120,38 @@ def auto_stop(
         result.detections.append(
             Detection(record.id, STOP, "quiet past the stop timer", record.vast_id)
         )
+    for record in everything:
+        if stopping.in_handshake(record) and record.managed_by == lineage:
+            _handshake(record, specs, result, now)
     return result
+
+
+def _handshake(record: InstanceRecord, specs: Specs, result: NetResult, now: float) -> None:
+    """A stop asked of the agent: called off if work holds the machine now; stopped (drained
+    first) once acknowledged; stopped without the drain once the acknowledgment is overdue."""
+    spec = specs.get(record.cluster)
+    if spec is None:
+        return
+    if record.held(now):
+        result.updates[record.id] = stopping.cancelled(record, now)
+        why = "work holds it (Ray's or a person's pin) before vast's stop: the stop is called off"
+        result.detections.append(
+            Detection(record.id, stopping.CANCELLED_CLASS, why, record.vast_id)
+        )
+        return
+    if stopping.acknowledged(record):
+        why = "quiet past the stop timer; the agent acknowledged the stop"
+        result.detections.append(Detection(record.id, STOP, why, record.vast_id))
+        return
+    interval = float(spec.watchdogs.heartbeat_interval_seconds)
+    deadline = stopping.ack_deadline(record, interval)
+    if deadline is not None and now >= deadline:
+        asked = record.stop_asked_at if record.stop_asked_at is not None else now
+        why = (
+            f"the agent did not acknowledge the stop within {now - asked:.0f}s: stopped "
+            "without the drain (Ray runs until the TERM, whose report keeps the disk)"
+        )
+        result.detections.append(Detection(record.id, stopping.UNACKNOWLEDGED, why, record.vast_id))
 
 
 def auto_destroy(

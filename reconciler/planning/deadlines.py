@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from reconciler.model import stopping
 from reconciler.model.records import (
     InstanceRecord,
     Intent,
@@ -100,6 +101,11 @@ def net_deadlines(instances: Iterable[InstanceRecord], spec: ClusterSpec) -> dic
             since = r.first_observed_at if r.first_observed_at is not None else r.created_at
             if not r.exempt:
                 at("boot_failure", since + w.never_reported_seconds)
-        at("auto_stop", r.stop_due_at)
+        if stopping.in_handshake(r):
+            # the stop timer did its part (the ask); the handshake's next step is due when the
+            # agent acknowledged, or when its acknowledgment is overdue (DESIGN.md 11)
+            at("auto_stop", stopping.due(r, float(w.heartbeat_interval_seconds)))
+        else:
+            at("auto_stop", r.stop_due_at)
         at("auto_destroy", r.destroy_due_at)
     return found

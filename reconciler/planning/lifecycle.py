@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from reconciler.model import records
+from reconciler.model import records, stopping
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind
 from reconciler.model.records import InstanceRecord, Intent, Phase, Role
@@ -24,6 +24,7 @@ from reconciler.model.routing import route
 from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.nets.detection import Detection
 from reconciler.nets.reaper import Gate, refusal
+from reconciler.planning import handshake
 from reconciler.planning.draft import Draft
 from reconciler.planning.offers import Budget
 
@@ -43,7 +44,7 @@ def apply_detections(draft: Draft, detections: Iterable[Detection], spec: Cluste
         if path.ends_machine:
             draft.destroy(record, found.cls, found.detail)
         if path.stops_machine:
-            draft.stop(record, found.cls, found.detail)
+            handshake.stop(draft, record, found.cls, found.detail)
         if path.blocklist:
             seconds = getattr(spec.blocklist, path.blocklist)
             draft.block(
@@ -82,6 +83,8 @@ def finish_unfinished(
             continue
         if record.intent is Intent.DESTROYED:
             _finish(draft, record, listing, missing, ActionKind.DESTROY)
+        elif stopping.in_handshake(record) and record.vast_id in listing:
+            continue  # asked of the agent, not called yet: the handshake's, not unfinished
         elif record.intent is Intent.STOPPED and record.phase is not Phase.STOPPED:
             _finish(draft, record, listing, missing, ActionKind.STOP)
         elif record.phase is Phase.PENDING_CREATE:
@@ -164,14 +167,18 @@ def restart_stopped(draft: Draft, cluster: str) -> None:
 
 def resumable(record: InstanceRecord) -> bool:
     """A worker stopped deliberately that a start brings back as it was: its agent kept its
-    identity (the head answered its stop as deliberate), or it has no agent (an exempt class,
-    whose container simply starts again)."""
+    identity (the head answered its stop as deliberate), or will (it acknowledged the stop:
+    DESIGN.md 11), or it has no agent (an exempt class, whose container simply starts again)."""
     return (
         record.live
         and record.role is Role.WORKER
         and record.intent is Intent.STOPPED
         and record.vast_id is not None
-        and (record.exempt or record.stopped_deliberately_at is not None)
+        and (
+            record.exempt
+            or record.stopped_deliberately_at is not None
+            or record.stop_acked_at is not None
+        )
     )
 
 
@@ -192,7 +199,7 @@ def start_for_demand(
             and r.node_type == node_type.name
             and r.id not in draft.doomed
             and r.managed_by == draft.lineage
-            and resumable(r)
+            and (resumable(r) or stopping.in_handshake(r))
         ),
         key=lambda r: (r.stopped_deliberately_at or 0.0, r.id),
         reverse=True,
@@ -201,6 +208,10 @@ def start_for_demand(
     for record in stopped:
         if covered >= wanted:
             break
+        if stopping.in_handshake(record):
+            handshake.call_off(draft, record, "Ray's demand came back")
+            covered += 1
+            continue
         if record.phase is Phase.STOPPING:
             covered += 1
             continue
@@ -217,7 +228,7 @@ def start_for_demand(
         budget.spent += extra
         covered += 1
         draft.update(
-            record,
+            stopping.resumed(record),
             intent=Intent.RUNNING,
             start_requested_at=draft.now,
             stop_due_at=None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from reconciler.model import stopping
 from reconciler.model.observed import Instance
 from reconciler.model.records import (
     InstanceRecord,
@@ -108,6 +109,8 @@ def _phase(record: InstanceRecord, status: str | None) -> Phase:
     if record.intent is Intent.DESTROYED:
         return Phase.DESTROYING
     if record.intent is Intent.STOPPED:
+        if status == "running" and stopping.in_handshake(record):
+            return record.phase  # asked of the agent, not called yet (DESIGN.md 11)
         return Phase.STOPPED if status == "stopped" else Phase.STOPPING
     if record.phase in (Phase.ENROLLED, Phase.SERVING) and status == "running":
         return record.phase

@@ -28,7 +28,7 @@ from reconciler.applying.observe import observe_and_plan
 from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.head import tokens
-from reconciler.model import cost
+from reconciler.model import cost, stopping
 from reconciler.model.observation import NodeKey
 from reconciler.model.plan import Action, ActionKind, Plan
 from reconciler.model.records import (
@@ -903,8 +903,24 @@ class Controller:
                 record_id,
                 extra={"record": record_id, "cls": "refusal", "gate": "ray-drain-rejected"},
             )
+            self._stop_called_off(records.instances.get(record_id))
         self.mutate(lambda current, now: _timers_cleared(current, busy, now))
         return [a for a in actions if a.record not in busy]
+
+    def _stop_called_off(self, record: InstanceRecord | None) -> None:
+        """A stop asked of the agent that Ray's rejected drain calls off (DESIGN.md 11): the
+        record runs on and the agent hears "cancelled" in its next heartbeat answer."""
+        if record is None or not stopping.in_handshake(record):
+            return
+        self.journal.log(
+            record.cluster,
+            LedgerKind.NOTE,
+            stopping.CANCELLED_CLASS,
+            f"instance {record.vast_id}: Ray rejected the idle drain (work is there): the stop "
+            "is called off before vast's stop; the agent is told, the worker serves on",
+            record=record.id,
+            instance=record.vast_id,
+        )
 
     def _clusters_of(
         self, found: list[Detection], cls: str, updates: Mapping[str, InstanceRecord]
@@ -1023,7 +1039,10 @@ def _has_ray_node(record: InstanceRecord | None) -> bool:
 def _timers_cleared(records: Records, record_ids: set[str], now: float) -> Records:
     changed = {
         rid: traffic_again(
-            replace(records.instances[rid], stop_due_at=None, destroy_due_at=None), now
+            stopping.cancelled(
+                replace(records.instances[rid], stop_due_at=None, destroy_due_at=None), now
+            ),
+            now,
         )
         for rid in record_ids
         if rid in records.instances

@@ -18,7 +18,7 @@ from reconciler.head.agentsource import AgentBundle
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ["bootloader", "config", "cores", "ending", "gpus_sample", "identity", "lifecycle",
-           "main", "messages", "raynode", "rayversion", "sampling", "transport",
+           "main", "messages", "raynode", "rayversion", "sampling", "stopping", "transport",
            "watchdog"]  # fmt: skip
 
 PROBE = """

@@ -5,9 +5,12 @@ agent as PID 1, a real Ray worker), a real token-authenticated Ray head, the rea
 the head's TLS services (`bench.live`), the money chain on short timers (stop after 15 s of
 quiet, destroy after 100 s) and Ray's demand from a driver's one-CPU tasks. The story:
 
-1. a task: a worker is rented, runs it, goes quiet, and is stopped: vast says stopped and bills
-   storage only, the agent reported first and the head answered "deliberate stop", PID 1 exited
-   without destroying, the certificate and key are on the instance's disk;
+1. a task: a worker is rented, runs it, goes quiet, and is stopped: the head first asks the agent
+   (its heartbeat answer says "stop pending", DESIGN.md 11) and, once the agent acknowledged,
+   drains the node through Ray (whose raylet then exits: part of the stop for the agent) and
+   calls vast's stop; vast says stopped and bills storage only, the agent reported the TERM and
+   the head answered "deliberate stop", PID 1 exited without destroying, the certificate and key
+   are on the instance's disk;
 2. another task: the head starts the same instance (no new rental, no pull), the agent resumes
    with its kept certificate over mutual TLS instead of enrolling, its Ray node runs the task;
 3. quiet for longer: stopped again, then destroyed by the destroy timer (the head's call);
@@ -150,6 +153,11 @@ def test_quiet_stop_keeps_the_disk_demand_resumes_it_longer_quiet_destroys_it(li
     [kept] = entries(live, vast_id, "deliberate_stop")
     assert kept["data"]["reason"] == "signal" and kept["data"]["trusted"] is True
     assert entries(live, vast_id, "worker_report") == []  # no ending was reported
+    # the handshake came first: asked, acknowledged by the agent, then drained and stopped
+    [asked] = entries(live, vast_id, "stop_pending")
+    [acked] = entries(live, vast_id, "stop_acknowledged")
+    [call] = entries(live, vast_id, "idle_stop", "call")
+    assert asked["time"] <= acked["time"] <= call["time"] <= kept["time"], story(live)
     # the agent stops Ray, keeps its identity and exits: the container is gone, its disk kept
     wait_for(lambda: live.sim.runner.pids(vast_id) == [], 30)  # type: ignore[attr-defined]
     saved = json.loads(identity_file(live, vast_id).read_text())
@@ -187,6 +195,7 @@ def test_quiet_stop_keeps_the_disk_demand_resumes_it_longer_quiet_destroys_it(li
     wait_for(lambda: vast_id not in live.sim.instances, DESTROY + 120)
     assert len(entries(live, vast_id, "idle_destroy", "call")) == 1, story(live)
     assert len(entries(live, vast_id, "deliberate_stop")) == 2
+    assert len(entries(live, vast_id, "stop_acknowledged")) == 2
     deletes = [r for r in live.sim.requests if r.method == "DELETE" and str(vast_id) in r.path]
     assert [d.identity for d in deletes] == ["account"]  # the head's destroy
     assert rentals(live) == rented

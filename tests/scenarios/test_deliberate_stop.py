@@ -9,6 +9,10 @@ its kept certificate instead of enrolling. Quiet for longer, it is destroyed. A 
 did not ask for is still refused and ends the instance, and a start vast cannot carry out (its GPU
 was taken meanwhile) is replaced by a rental after `start_limit_seconds`.
 
+Ray is played as it is: a node it drains for idle termination ends its raylet (`played`), which
+the agent, having acknowledged the stop first (DESIGN.md 11, `test_stop_pending`), takes as part
+of the stop.
+
 Before issue 16 the agent answered every TERM with a destroy: the "stop (disk kept)" ended the
 instance 10 minutes into the quiet, and the demand that came back rented a new one and pulled.
 """
@@ -63,7 +67,9 @@ def run_quiet_then_back(f: Fleet, work: Callable[[float], bool]) -> int:
     """One node type, min 0, the default money chain (stop at 10 quiet minutes, destroy at 30);
     Ray's demand and the node's work follow `work`: 20 minutes of both, then quiet until 35
     minutes. Returns the worker, stopped."""
-    f.controller.signals = Signals(f.clock, demand_at=lambda now: {KEY: 1 if work(now) else 0})
+    f.controller.signals = Signals(
+        f.clock, demand_at=lambda now: {KEY: 1 if work(now) else 0}, played=f.agents
+    )
     f.agents.working = work
     run(f, START + 20 * M)
     [vast_id] = workers(f, NAME)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.harness import Fleet
+from fleetsim.agents import AgentWorld
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import Intent, Records, Role, parse_label
 from reconciler.model.spec import ClusterSpec
@@ -173,6 +174,9 @@ class Signals:
     work_at: Callable[[float, Records], Mapping[str, bool]] | None = None
     readable: Callable[[float], bool] = lambda now: True
     read_clusters: tuple[str, ...] = ()
+    # The fleet's played Ray (`Fleet.agents`): a node Ray drains for idle termination has its
+    # raylet exit, as Ray's does. None: draining ends nothing (Ray as it was played before).
+    played: AgentWorld | None = None
 
     def demand(
         self, specs: Mapping[str, ClusterSpec], records: Records
@@ -201,12 +205,19 @@ class Signals:
     def drain_idle(
         self, records: Records, record_ids: Sequence[str], deadline: float
     ) -> Mapping[str, bool] | None:
-        """Ray's rule: a node with work on it refuses an idle drain."""
+        """Ray's rule: a node with work on it refuses an idle drain; a node it drains ends its
+        raylet (when the fleet's Ray is played)."""
         now = self.clock.now()
         if not self.readable(now):
             return None
         work = self.work_at(now, records) if self.work_at else {}
-        return {rid: not work.get(rid, False) for rid in record_ids}
+        answer = {rid: not work.get(rid, False) for rid in record_ids}
+        if self.played is not None:
+            for rid, accepted in answer.items():
+                vast_id = records.instances[rid].vast_id if rid in records.instances else None
+                if accepted and vast_id is not None:
+                    self.played.drained(vast_id, now)
+        return answer
 
     def work(self, records: Records) -> Mapping[str, bool] | None:
         now = self.clock.now()

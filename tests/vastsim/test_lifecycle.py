@@ -85,6 +85,66 @@ def test_stop_start_and_states(client: httpx.Client, sim: Sim) -> None:
     assert status(client, instance_id) == "running"
 
 
+@pytest.mark.parametrize("delay", [2.0, 5.0, 10.0])
+def test_a_stop_lands_its_delay_after_the_call_and_the_container_runs_until_then(
+    delay: float,
+) -> None:
+    made: list[DestroysOnTerm] = []
+    holder: list[Sim] = []
+
+    def factory(spec: ContainerSpec) -> Behaviour:
+        made.append(DestroysOnTerm(holder[0]))
+        return made[-1]
+
+    timing = Timing(4.0, 6.0, 10.0, 8.0, 2.0, stop_delay=delay)
+    runner = ScriptedRunner(factory, stop_grace=10.0)
+    with Sim(
+        market=small_market(), clock=VirtualClock(T0), api_key=KEY, runner=runner, timing=timing
+    ) as sim:
+        holder.append(sim)
+        with httpx.Client(
+            transport=InProcessTransport(sim),
+            base_url="http://v",
+            headers={"Authorization": f"Bearer {KEY}"},
+        ) as client:
+            instance_id = rent(client, 1)["new_contract"]
+            sim.advance(20)
+            answer = client.put(f"/api/v0/instances/{instance_id}/", json={"state": "stopped"})
+            assert answer.json() == {"success": True}
+            row = show(client, instance_id)
+            assert row is not None
+            # accepted, not carried out yet: it runs on, intended stopped
+            assert (row["actual_status"], row["intended_status"]) == ("running", "stopped")
+            assert made[0].term_at is None and runner.running(instance_id) is not None
+            client.put(f"/api/v0/instances/{instance_id}/", json={"state": "stopped"})  # again
+            sim.advance(delay - 0.5)
+            assert status(client, instance_id) == "running" and made[0].term_at is None
+            sim.advance(0.5)
+            assert status(client, instance_id) == "stopped"
+            assert made[0].term_at == T0 + 20 + delay  # docker stop's TERM, at the delay
+
+
+def test_a_start_while_a_stop_is_under_way_calls_the_stop_off() -> None:
+    timing = Timing(4.0, 6.0, 10.0, 8.0, 2.0, stop_delay=5.0)
+    with (
+        Sim(market=small_market(), clock=VirtualClock(T0), api_key=KEY, timing=timing) as sim,
+        httpx.Client(
+            transport=InProcessTransport(sim),
+            base_url="http://v",
+            headers={"Authorization": f"Bearer {KEY}"},
+        ) as client,
+    ):
+        instance_id = rent(client, 1)["new_contract"]
+        sim.advance(20)
+        client.put(f"/api/v0/instances/{instance_id}/", json={"state": "stopped"})
+        sim.advance(2)
+        client.put(f"/api/v0/instances/{instance_id}/", json={"state": "running"})
+        sim.advance(10)
+        row = show(client, instance_id)
+        assert row is not None
+        assert (row["actual_status"], row["intended_status"]) == ("running", "running")
+
+
 def test_a_start_pulls_nothing_and_a_stopped_instance_bills_storage_only(
     client: httpx.Client, sim: Sim
 ) -> None:

@@ -79,16 +79,33 @@ class SimClock:
 
 @dataclass
 class DemandSignals(AgentSignals):
-    """Ray's pending demand as a function of time; busy from the agents' own samples."""
+    """Ray's pending demand as a function of time; busy from the agents' own samples.
+
+    `readable` says whether Ray's head can be read at a moment: while it cannot, demand and work
+    are unknown (None), as the real reader says them. `work_at` is Ray's view of work on the
+    nodes (record id -> work: leased resources, actors, bundles), which pins a machine (reaper
+    gate 3); None: Ray is not asked (no Ray pins), as before."""
 
     clock: SimClock | None = None
     demand_at: Callable[[float], Mapping[NodeKey, int]] = lambda now: {}
+    readable: Callable[[float], bool] = lambda now: True
+    work_at: Callable[[float, Records], Mapping[str, bool]] | None = None
 
     def __post_init__(self) -> None:
         super().__init__()
 
-    def demand(self, specs: Mapping[str, ClusterSpec], records: Records) -> Mapping[NodeKey, int]:
-        return self.demand_at(self.clock.now()) if self.clock else {}
+    def demand(  # type: ignore[override]
+        self, specs: Mapping[str, ClusterSpec], records: Records
+    ) -> Mapping[NodeKey, int] | None:
+        if self.clock is None:
+            return {}
+        now = self.clock.now()
+        return self.demand_at(now) if self.readable(now) else None
+
+    def work(self, records: Records) -> Mapping[str, bool] | None:
+        if self.clock is None or self.work_at is None or not self.readable(self.clock.now()):
+            return None
+        return self.work_at(self.clock.now(), records)
 
 
 class ControllerLedger:
@@ -130,6 +147,15 @@ class Fleet:
     def faults(self) -> dict[int, ContainerFault]:
         """Each instance's fault (set one at any time; `agents.next_fault` picks new ones)."""
         return self.agents.faults
+
+    def set_specs(self, specs: Sequence[ClusterSpec]) -> None:
+        """A spec directory changed (`watch` reloading it): the controller takes the new specs
+        and each head still serving a cluster takes its new version, as `watch`'s services do
+        (the head of a cluster no longer declared keeps answering here)."""
+        self.controller.set_specs({spec.name: spec for spec in specs})
+        for spec in specs:
+            if spec.name in self.heads:
+                self.heads[spec.name].set_spec(spec)
 
     def agent(self, vast_id: int) -> AgentBehaviour | None:
         """What the agent of an instance's latest boot did (its machine state, reports, calls)."""

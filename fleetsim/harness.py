@@ -90,6 +90,7 @@ class DemandSignals(AgentSignals):
     demand_at: Callable[[float], Mapping[NodeKey, int]] = lambda now: {}
     readable: Callable[[float], bool] = lambda now: True
     work_at: Callable[[float, Records], Mapping[str, bool]] | None = None
+    read_clusters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -99,8 +100,16 @@ class DemandSignals(AgentSignals):
     ) -> Mapping[NodeKey, int] | None:
         if self.clock is None:
             return {}
+        self.read_clusters = tuple(specs)
         now = self.clock.now()
         return self.demand_at(now) if self.readable(now) else None
+
+    def unread(self) -> tuple[str, ...]:
+        """Every cluster of the last reading while Ray's head cannot be read (the controller
+        then rents nothing for them after a while, DESIGN.md 11)."""
+        if self.clock is None or self.readable(self.clock.now()):
+            return ()
+        return self.read_clusters
 
     def work(self, records: Records) -> Mapping[str, bool] | None:
         if self.clock is None or self.work_at is None or not self.readable(self.clock.now()):

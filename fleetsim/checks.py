@@ -29,6 +29,12 @@ ORPHAN_SWEEP = 300.0
 RELEASED = re.compile(r"request (\S+) is (released|failed)")
 
 
+# Ends of a lost worker the seeds ask for whatever its mark: `down`, a prune, and what vast's own
+# listing proves (gone from the list for 60 s, `exited`: the first seed's provider endings; the
+# lost mark is about the path to the machine, not about a machine vast no longer runs).
+ALLOWED_WHILE_LOST = frozenset({"down", "removed_from_spec", "missing_from_listing", "exited"})
+
+
 def _destroy(entry: Mapping[str, Any]) -> bool:
     data = entry.get("data") or {}
     return entry["kind"] == "decision" and data.get("action") == "destroy"
@@ -95,7 +101,7 @@ def _decided_end(judge: Judge, e: dict[str, Any], records: Records) -> None:
         what = f"{rid} (instance {vast_id}) ended by {cls} while pinned ({by})"
         judge.flag(5, e["time"], what, f"p{rid}", lines, vast_id=vast_id)
     lost = cls == "lost" or (before is not None and before.lost)
-    if lost and cls not in ("down", "removed_from_spec") and not _silent(judge, before, e):
+    if lost and cls not in ALLOWED_WHILE_LOST and not _silent(judge, before, e):
         what = f"{rid} (instance {vast_id}) ended by {cls} while marked lost"
         judge.flag(4, e["time"], what, f"l{rid}", lines, vast_id=vast_id)
 

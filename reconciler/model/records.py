@@ -315,6 +315,11 @@ class BreakerState:
     short_lives: int = 0
     proven: bool = False
     openings: int = 0
+    # The canary cycle (while not proven): since when its slots are counted (None: since the
+    # start), and how many of them ended with no worker (an opening, a proof or a change of the
+    # configuration starts a new one; an enrollment does not).
+    cycle_from: float | None = None
+    cycle_failed: int = 0
 
     @property
     def count(self) -> int:

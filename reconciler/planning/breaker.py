@@ -52,13 +52,21 @@ def count_empty_slots(draft: Draft, spec: ClusterSpec, node_type: str, empty: in
     open the breaker when the count reaches `breaker.slots`."""
     state = draft.breaker(spec.name, node_type)
     since = state.since if state.since is not None and state.count else draft.now
-    counted = replace(state, consecutive_empty=state.consecutive_empty + empty, since=since)
+    counted = replace(
+        state,
+        consecutive_empty=state.consecutive_empty + empty,
+        cycle_failed=state.cycle_failed + empty,
+        since=since,
+    )
     _settle(draft, spec, node_type, counted)
 
 
 def _settle(draft: Draft, spec: ClusterSpec, node_type: str, state: BreakerState) -> None:
-    """Keep the new count, or open the breaker when it reaches `breaker.slots`."""
-    if state.count < spec.breaker.slots:
+    """Keep the new count, or open the breaker when it reaches `breaker.slots`, or when every
+    slot of a canary cycle ended with no worker (an enrollment resets the seed's count, not
+    the cycle's)."""
+    failed = max(state.count, 0 if state.proven else state.cycle_failed)
+    if failed < spec.breaker.slots:
         draft.set_breaker(spec.name, node_type, state)
         return
     openings = state.openings + 1
@@ -75,10 +83,12 @@ def _settle(draft: Draft, spec: ClusterSpec, node_type: str, state: BreakerState
             openings=openings,
             paused_until=until,
             since=None,
+            cycle_from=draft.now,
+            cycle_failed=0,
         ),
     )
     why = (
-        f"{state.count} slots in a row ended with no worker"
+        f"{failed} slots in a row ended with no worker"
         + (f" ({state.short_lives} of them workers that ended early)" if state.short_lives else "")
         + f"; launches paused for {pause / 60:.0f} min"
         + (f" (opening {openings} in a row with no serving worker)" if openings > 1 else "")
@@ -105,7 +115,8 @@ def reset_on_change(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> Non
     if state.digest is None:
         draft.set_breaker(spec.name, node_type.name, replace(state, digest=digest))
         return
-    draft.set_breaker(spec.name, node_type.name, BreakerState(halt=state.halt, digest=digest))
+    fresh = BreakerState(halt=state.halt, digest=digest, cycle_from=draft.now)
+    draft.set_breaker(spec.name, node_type.name, fresh)
     entries = draft.blocklist.get(spec.name, {})
     lifted = sorted(
         host
@@ -145,9 +156,10 @@ def observe_lives(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> None:
         if _served(record, draft.now) >= served_for:
             draft.update(record, breaker_mark=SERVED)
             state = draft.breaker(spec.name, node_type.name)
-            draft.set_breaker(
-                spec.name, node_type.name, replace(state, short_lives=0, openings=0, proven=True)
+            proof = replace(
+                state, short_lives=0, openings=0, proven=True, cycle_from=draft.now, cycle_failed=0
             )
+            draft.set_breaker(spec.name, node_type.name, proof)
         elif record.reported is not None and not _running(record):
             draft.update(record, breaker_mark=SHORT)
             state = draft.breaker(spec.name, node_type.name)
@@ -161,19 +173,46 @@ def observe_lives(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> None:
                 draft,
                 spec,
                 node_type.name,
-                replace(state, short_lives=state.short_lives + 1, since=since),
+                replace(
+                    state,
+                    short_lives=state.short_lives + 1,
+                    cycle_failed=state.cycle_failed + 1,
+                    since=since,
+                ),
             )
 
 
 def headroom(draft: Draft, spec: ClusterSpec, node_type: NodeType, wanted: int, trying: int) -> int:
     """Slots a new request may try: all that are wanted once the configuration is proven and
-    the count is 0; otherwise the canary rule, at most `breaker.slots - count` in flight (the
-    `trying` open slots and the young workers already out)."""
+    the count is 0. Before the proof, the canary rule: a cycle lets out `breaker.slots` slots
+    in all (each rents at most `candidate_factor` over its life, so a cycle rents at most
+    `slots x factor`), counted from the records, not from counters an enrollment resets. After
+    it, during a streak: at most `breaker.slots - count` in flight (the `trying` open slots and
+    the young workers already out)."""
     state = draft.breaker(spec.name, node_type.name)
-    if state.proven and state.count == 0 and state.digest == node_type.digest:
+    if not state.proven or state.digest != node_type.digest:
+        return min(wanted, spec.breaker.slots - canary_slots(draft, spec, node_type, state))
+    if state.count == 0:
         return wanted
     young = sum(1 for r in draft.instances.values() if _young(draft, r, spec, node_type))
     return min(wanted, spec.breaker.slots - state.count - trying - young)
+
+
+def canary_slots(draft: Draft, spec: ClusterSpec, node_type: NodeType, state: BreakerState) -> int:
+    """The slots of the current canary cycle: those of the configuration's requests placed
+    since the cycle began, but for the slots of a request a watchdog ended before anything was
+    rented for it (it cost nothing and proves nothing)."""
+    rented = {r.request_id for r in draft.instances.values() if r.vast_id is not None or r.live}
+    since = state.cycle_from if state.cycle_from is not None else float("-inf")
+    return sum(
+        len(r.slots)
+        for r in draft.requests.values()
+        if r.cluster == spec.name
+        and r.node_type == node_type.name
+        and r.digest == node_type.digest
+        and r.placed_at >= since
+        and not (r.ended_by_watchdog and r.id not in rented)
+    )
 
 
 def _young(draft: Draft, record: InstanceRecord, spec: ClusterSpec, node_type: NodeType) -> bool:

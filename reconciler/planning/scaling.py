@@ -63,6 +63,7 @@ def settle_requests(draft: Draft, spec: ClusterSpec) -> None:
             continue
         if request.status is not RequestStatus.OPEN:
             _end_leftovers(draft, request, index)
+            _end_abandoned(draft, request, spec, index)
         elif not request.open_slots:
             _close_filled(draft, request, index)
         elif draft.now >= request.provision_deadline:
@@ -183,6 +184,28 @@ def _end_leftovers(draft: Draft, request: Request, index: RequestIndex) -> None:
         draft.destroy(extra, "extra_candidate", f"request {request.id} is {request.status.value}")
 
 
+def _end_abandoned(draft: Draft, request: Request, spec: ClusterSpec, index: RequestIndex) -> None:
+    """A request a watchdog ended keeps its candidates; once every one of them has ended by a
+    machine's fault (its own limits) without joining, its open slots ended with no worker and
+    count toward the breaker (DESIGN.md 11). One that rented nothing counts nothing."""
+    if not (request.ended_by_watchdog and request.open_slots):
+        return
+    if index.live(draft, request) or not index.used.get(request.id, 0):
+        return
+    why = (
+        f"{len(request.open_slots)} slot(s) of request {request.id} ({request.ended_reason}) "
+        "ended with no worker: its candidates ended without joining"
+    )
+    end_open_slots(
+        draft,
+        spec,
+        request,
+        status=request.status,
+        cls=request.ended_reason or "no_worker",
+        why=why,
+    )
+
+
 def _reapable(draft: Draft, records: list[InstanceRecord]) -> list[InstanceRecord]:
     """Those the reaper's refusals let the planner end (not ours, ended, pinned: kept)."""
     return [
@@ -243,7 +266,7 @@ def scale(
         _scale_down(draft, workers, len(workers) - node_type.max_workers)
         return
     requests = _open_requests(draft.requests, spec.name, node_type.name)
-    trying = sum(len(r.open_slots) for r in requests)
+    trying = sum(len(r.open_slots) for r in requests) + _joining(draft, spec.name, node_type.name)
     # a worker stopped deliberately comes back before anything is rented (DESIGN.md 10)
     started = start_for_demand(draft, spec, node_type, wanted - len(workers) - trying, budget)
     if _halted(draft, spec, node_type):
@@ -271,6 +294,30 @@ def scale(
             offers=offers,
             budget=budget,
         )
+
+
+def _joining(draft: Draft, cluster: str, node_type: str) -> int:
+    """Open slots of requests a request watchdog ended that still have a live candidate: it
+    may yet join as their worker (DESIGN.md 11), so it is capacity on the way, and a canary in
+    flight (found by the adversary, seed 10: a no-consumer failure let a new request out while
+    the old one's candidate still pulled, 3 rentals in a cycle bounded at 2)."""
+    live = {
+        r.request_id
+        for r in draft.instances.values()
+        if r.cluster == cluster
+        and r.role is Role.CANDIDATE
+        and r.live
+        and r.intent is not Intent.DESTROYED
+        and r.id not in draft.doomed
+    }
+    return sum(
+        len(r.open_slots)
+        for r in draft.requests.values()
+        if r.cluster == cluster
+        and r.node_type == node_type
+        and r.ended_by_watchdog
+        and r.id in live
+    )
 
 
 def _halted(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> bool:

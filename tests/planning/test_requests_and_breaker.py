@@ -217,14 +217,26 @@ def test_during_a_streak_a_new_request_tries_only_the_slots_the_breaker_has_left
     """So a streak rents at most `breaker.slots x candidate_factor` (the fleet benchmark's broken
     image: a second 2-slot request took the count from 2 to 4, 8 rentals before the pause)."""
     s = spec(min_workers=2, factor=2)
-    state = replace(
-        records(), breakers={breaker_key("c1", "gpu"): BreakerState(2, None, since=NOW - 60)}
-    )
+    streak = BreakerState(2, None, since=NOW - 60, digest=s.node_types["gpu"].digest, proven=True)
+    state = replace(records(), breakers={breaker_key("c1", "gpu"): streak})
     p = plan_of(state, [], s)
     (placed,) = [r for r in p.records.requests.values() if r.status is RequestStatus.OPEN]
     assert len(placed.slots) == 1 and len(rents(p)) == 2
     # and while that slot is out, no other request is placed
     again = plan_of(p.records, [], s)
+    assert [r.id for r in again.records.requests.values()] == [placed.id]
+
+
+def test_before_the_proof_a_cycle_lets_out_breaker_slots_slots_in_all() -> None:
+    """The canary rule (issue 21, 2): a fresh node type of min_workers 8 places 3 slots, and
+    no more while they are out, even once their candidates enrolled (the seed's reset on
+    enrollment does not reopen the cycle; found by the adversary, seed 10)."""
+    s = spec(min_workers=8, max_workers=8, factor=2)
+    p = plan_of(records(), [], s)
+    (placed,) = p.records.requests.values()
+    assert len(placed.slots) == s.breaker.slots and len(rents(p)) == 2 * s.breaker.slots
+    filled = replace(placed, status=RequestStatus.FILLED)
+    again = plan_of(replace(p.records, requests={placed.id: filled}), [], s)
     assert [r.id for r in again.records.requests.values()] == [placed.id]
 
 

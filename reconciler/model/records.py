@@ -275,6 +275,13 @@ class BlockEntry:
     node_type: str | None = None
     at: float | None = None
     digest: str | None = None
+    # Other configurations whose failure there this entry also stands for (one entry a host: a
+    # later failure under another configuration merges into it instead of erasing the first).
+    also: tuple[str, ...] = ()
+
+    def explains(self, digest: str) -> bool:
+        """Whether this entry was made by a failure under configuration `digest`."""
+        return digest == self.digest or digest in self.also
 
 
 @dataclass(frozen=True)

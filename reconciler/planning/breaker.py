@@ -9,7 +9,8 @@ the controller that left three rent loops with no end, and these rules close the
   rents them again after every pause. Entries and the count belong to the node type's
   configuration (`NodeType.digest`: image, env, disk, filters); when the user changes it, the
   entries a configuration fault explains (`timeout`, `boot`) made under the old one are lifted
-  and the breaker resets, while `network` entries keep their day (`reset_on_change`).
+  (they lie dormant, and hold again if the user goes back to it: `blocked`) and the breaker
+  resets, while `network` entries keep their day (`reset_on_change`).
 - **The canary rule.** While no worker of the current configuration has served
   `min_service_seconds`, or the count is above zero, at most `breaker.slots` slots are in
   flight at once: open slots and workers still inside their first `min_service_seconds`
@@ -34,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from reconciler.model.plan import Action, ActionKind
-from reconciler.model.records import BreakerState, InstanceRecord, Intent, Role
+from reconciler.model.records import BlockEntry, BreakerState, InstanceRecord, Intent, Role
 from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.nets.detection import Detection
 from reconciler.planning.draft import Draft
@@ -118,15 +119,7 @@ def reset_on_change(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> Non
     fresh = BreakerState(halt=state.halt, digest=digest, cycle_from=draft.now)
     draft.set_breaker(spec.name, node_type.name, fresh)
     entries = draft.blocklist.get(spec.name, {})
-    lifted = sorted(
-        host
-        for host, entry in entries.items()
-        if entry.node_type == node_type.name
-        and entry.reason in CONFIG_REASONS
-        and entry.digest != digest
-    )
-    for host in lifted:
-        del entries[host]
+    lifted = [h for h, e in entries.items() if e.until > draft.now and _dormant(e, node_type)]
     why = (
         f"node type {node_type.name}: its configuration changed (image, env, disk or filters): "
         "the breaker is reset"
@@ -138,10 +131,35 @@ def reset_on_change(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> Non
     draft.notes.append(f"{spec.name}/{node_type.name}: {why}")
 
 
+def blocked(draft: Draft, cluster: str, node_type: NodeType) -> dict[int, BlockEntry]:
+    """The hosts a node type skips now: every entry in force, but for those a fault of another
+    configuration of this node type explains (they hold again if the user goes back to it:
+    found by the adversary, seed 25, an image changed and changed back re-rented the hosts
+    that had timed out under it)."""
+    entries = draft.blocklist.get(cluster, {})
+    return {
+        host: entry
+        for host, entry in entries.items()
+        if entry.until > draft.now and not _dormant(entry, node_type)
+    }
+
+
+def _dormant(entry: BlockEntry, node_type: NodeType) -> bool:
+    """An entry of this node type that a fault of another configuration explains."""
+    return (
+        entry.node_type == node_type.name
+        and entry.reason in CONFIG_REASONS
+        and entry.digest is not None
+        and not entry.explains(node_type.digest)
+    )
+
+
 def observe_lives(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> None:
     """Each worker of the current configuration once: one that served `min_service_seconds`
-    proves it (short lives and openings back to 0, the canary lifted); one that ended with its
-    own failure report before that is a slot with no worker."""
+    proves it (short lives and openings back to 0, the canary lifted), and so does one whose
+    Ray ran and that something else ended (no failure report of its own); one that ended
+    before that with its own failure report, or before its Ray ever ran, is a slot with no
+    worker."""
     digest = node_type.digest
     served_for = spec.breaker.min_service_seconds
     for record in list(draft.instances.values()):
@@ -153,18 +171,25 @@ def observe_lives(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> None:
             or _digest_of(draft, record) != digest
         ):
             continue
-        if _served(record, draft.now) >= served_for:
+        ended = not _running(record)
+        if _served(record, draft.now) >= served_for or (
+            ended and record.serving_at is not None and record.reported is None
+        ):
+            # it served that long, or its Ray ran and something else ended it (scale-down, the
+            # money chain, a destroy at vast's console): the configuration works, and a canary
+            # budget spent on it must not be lost for good (else no slot is ever let out again)
             draft.update(record, breaker_mark=SERVED)
             state = draft.breaker(spec.name, node_type.name)
             proof = replace(
                 state, short_lives=0, openings=0, proven=True, cycle_from=draft.now, cycle_failed=0
             )
             draft.set_breaker(spec.name, node_type.name, proof)
-        elif record.reported is not None and not _running(record):
+        elif ended:
             draft.update(record, breaker_mark=SHORT)
             state = draft.breaker(spec.name, node_type.name)
             why = (
-                f"{record.id} ended ({record.reported}) after {_served(record, draft.now):.0f}s "
+                f"{record.id} ended ({record.reported or record.ended_reason}) after "
+                f"{_served(record, draft.now):.0f}s "
                 f"of service, before {served_for}s: its slot counts as one with no worker"
             )
             draft.detections.append(Detection(record.id, "short_life", why, record.vast_id))

@@ -128,9 +128,16 @@ class Draft:
         `digest` the configuration of the node type whose candidate failed there."""
         until = self.now + seconds
         current = self.blocklist.setdefault(cluster, {}).get(host_id)
-        if current and current.until >= until:
-            return
-        entry = BlockEntry(host_id, until, kind, node_type, self.now, digest)
+        also: tuple[str, ...] = ()
+        if current is not None and current.node_type == node_type:
+            known = (current.digest, *current.also)
+            also = tuple(d for d in known if d is not None and d != digest)
+            if current.until >= until and (digest is None or current.explains(digest)):
+                return
+            until = max(until, current.until)
+            if current.reason == "network":
+                kind = "network"  # a network entry keeps its day whatever the configuration
+        entry = BlockEntry(host_id, until, kind, node_type, self.now, digest, also)
         self.blocklist[cluster][host_id] = entry
         detail = f"{kind} for {seconds}s: {why}"
         self.add(Action(ActionKind.BLOCKLIST, cluster, cls, detail, host_id=host_id, until=until))

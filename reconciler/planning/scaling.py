@@ -22,7 +22,6 @@ from reconciler.model import rayversions
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
-    BlockEntry,
     InstanceRecord,
     Intent,
     Records,
@@ -438,7 +437,7 @@ def _rent_for(
         cluster=spec.name,
         node_type=node_type,
         count=need,
-        blocked=_blocked(draft, spec.name),
+        blocked=breaker.blocked(draft, spec.name, node_type),
         busy_machines=frozenset(r.machine_id for r in have),
         budget=budget,
     )
@@ -477,10 +476,6 @@ def _skip_summary(skipped: Sequence[SkippedOffer]) -> str:
     """Why offers were skipped, in one phrase for the ledger and `status`."""
     more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
     return f"offer {skipped[0].offer_id}: {skipped[0].why}{more}"
-
-
-def _blocked(draft: Draft, cluster: str) -> dict[int, BlockEntry]:
-    return {h: e for h, e in draft.blocklist.get(cluster, {}).items() if e.until > draft.now}
 
 
 def _scale_down(draft: Draft, workers: list[InstanceRecord], surplus: int) -> None:

@@ -25,6 +25,8 @@ from reconciler.model.records import (
     breaker_key,
 )
 from reconciler.model.spec import ClusterSpec
+from reconciler.planning import breaker
+from reconciler.planning.draft import Draft
 from reconciler.planning.plan import plan
 from reconciler.planning.react import react
 from tests.planning.builders import LINEAGE, NOW, offer, record, records, request, row, spec
@@ -272,7 +274,10 @@ def test_a_change_of_configuration_lifts_its_timeouts_and_resets_the_breaker() -
         records(), breakers={breaker_key("c1", "gpu"): paused}, blocklist={"c1": entries}
     )
     p = plan_of(state, [], after)
-    assert set(p.records.blocklist["c1"]) == {7}
+    draft = Draft.start(p.records, lineage=LINEAGE, now=NOW)
+    assert set(breaker.blocked(draft, "c1", after.node_types["gpu"])) == {7}
+    # dormant, not gone: going back to the old configuration brings them back (adversary seed 25)
+    assert set(breaker.blocked(draft, "c1", before.node_types["gpu"])) == {7, 8, 9}
     fresh = p.records.breakers[breaker_key("c1", "gpu")]
     assert (fresh.paused_until, fresh.openings, fresh.count) == (None, 0, 0)
     assert fresh.digest == after.node_types["gpu"].digest

@@ -228,8 +228,12 @@ class Judge:
             for host, entry in entries.items():
                 at = entry.at if entry.at is not None else now
                 seen = story.blocks.setdefault((cluster, host), {})
-                digest = story.digest_at((cluster, entry.node_type or ""), at) or ""
-                seen.setdefault((at, entry.reason), (entry, digest))
+                if (at, entry.reason) in seen:
+                    continue
+                ran = _failed_under(records, cluster, host, entry.node_type, at)
+                if ran is None:
+                    ran = story.digest_at((cluster, entry.node_type or ""), at) or ""
+                seen[(at, entry.reason)] = (entry, ran)
 
     # --- after each tick ----------------------------------------------------------------------
 
@@ -295,3 +299,26 @@ class Judge:
 def within(a: float, b: float) -> bool:
     """Within 1% (and a tenth of a cent)."""
     return math.isclose(a, b, rel_tol=0.01, abs_tol=0.001)
+
+
+def _failed_under(
+    records: Records, cluster: str, host: int, node_type: str | None, at: float
+) -> str | None:
+    """The image-and-env fingerprint the candidate whose failure blocklisted `host` ran: its
+    request's, as placed (a candidate of the old image that fails just after the user changed
+    it failed under the old one)."""
+    on_host = [
+        r
+        for r in records.instances.values()
+        if r.cluster == cluster
+        and r.host_id == host
+        and r.node_type == node_type
+        and r.created_at <= at
+        and r.vast_id is not None
+    ]
+    if not on_host:
+        return None
+    ended_then = [r for r in on_host if r.ended_at is not None and abs(r.ended_at - at) <= 1.0]
+    latest = max(ended_then or on_host, key=lambda r: r.created_at)
+    request = records.requests.get(latest.request_id or "")
+    return request.fingerprint if request is not None else None

@@ -201,6 +201,9 @@ class Judge:
     def _learn(self, records: Records, now: float, new: Sequence[Mapping[str, Any]]) -> None:
         story = self.story
         last = float(story.entries[-1]["seq"]) if story.entries else 0.0
+        # A spec edit is made between ticks (`Play.step`), so it comes before this tick's entries
+        # (seed 35: learned after them, the new image's first rentals fell in the old cycle).
+        changed = (float(new[0]["time"]), float(new[0]["seq"]) - 0.5) if new else (now, last + 0.5)
         opened = [e for e in new if e["class"] == "breaker_open" and e["kind"] == "decision"]
         for r in records.instances.values():
             story.nodes.setdefault(r.id, (r.cluster, r.node_type))
@@ -210,7 +213,7 @@ class Judge:
                 digest = rayversions.fingerprint(nt.image, nt.env)
                 if not digests or digests[-1][1] != digest:
                     if digests:
-                        story.changes.setdefault((name, nt.name), []).append((now, last + 0.5))
+                        story.changes.setdefault((name, nt.name), []).append(changed)
                     digests.append((now, digest))
                     self._canary_dirty = True
         for key, state in records.breakers.items():

@@ -81,6 +81,17 @@ def under_way(record: InstanceRecord) -> bool:
     return record.live and record.intent is Intent.STOPPED and record.stop_asked_at is not None
 
 
+def ask_at(record: InstanceRecord, heartbeat_interval: float) -> float | None:
+    """When the money chain asks for the stop: one heartbeat interval before the stop timer
+    falls due for a worker whose agent is asked first, so that its acknowledgment is in by then
+    and vast's stop is called at the timer, as the seed's chain has it (the fleet benchmark:
+    asked at the timer, every idle stop came up to 30 s late, idle waste 1.07x of its floor);
+    at the timer for the others. Traffic meanwhile calls the stop off."""
+    if record.stop_due_at is None:
+        return None
+    return record.stop_due_at - (heartbeat_interval if handshakes(record) else 0.0)
+
+
 def acknowledged(record: InstanceRecord) -> bool:
     return in_handshake(record) and record.stop_acked_at is not None
 
@@ -97,7 +108,8 @@ def due(record: InstanceRecord, heartbeat_interval: float) -> float | None:
     """When the handshake's next step is the controller's (the drain and the call, or the
     unacknowledged stop): the auto-stop net runs then."""
     if acknowledged(record):
-        return record.stop_acked_at
+        assert record.stop_acked_at is not None
+        return max(record.stop_acked_at, record.stop_due_at or record.stop_acked_at)
     return ack_deadline(record, heartbeat_interval)
 
 

@@ -105,7 +105,10 @@ def auto_stop(
     everything = list(records)
     workers = serving_workers(everything)
     for record in workers:
-        if record.stop_due_at is None or record.stop_due_at > now:
+        spec = specs.get(record.cluster)
+        interval = float(spec.watchdogs.heartbeat_interval_seconds) if spec else 30.0
+        ask = stopping.ask_at(record, interval)
+        if ask is None or ask > now:
             continue
         if record.lost:
             result.refusals.append((record.id, LOST))
@@ -140,6 +143,8 @@ def _handshake(record: InstanceRecord, specs: Specs, result: NetResult, now: flo
         )
         return
     if stopping.acknowledged(record):
+        if record.stop_due_at is not None and now < record.stop_due_at:
+            return  # asked ahead of the timer: the stop is called when it falls due
         why = "quiet past the stop timer; the agent acknowledged the stop"
         result.detections.append(Detection(record.id, STOP, why, record.vast_id))
         return

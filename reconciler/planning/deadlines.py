@@ -106,6 +106,6 @@ def net_deadlines(instances: Iterable[InstanceRecord], spec: ClusterSpec) -> dic
             # agent acknowledged, or when its acknowledgment is overdue (DESIGN.md 11)
             at("auto_stop", stopping.due(r, float(w.heartbeat_interval_seconds)))
         else:
-            at("auto_stop", r.stop_due_at)
+            at("auto_stop", stopping.ask_at(r, float(w.heartbeat_interval_seconds)))
         at("auto_destroy", r.destroy_due_at)
     return found

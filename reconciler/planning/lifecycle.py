@@ -199,7 +199,7 @@ def start_for_demand(
             and r.node_type == node_type.name
             and r.id not in draft.doomed
             and r.managed_by == draft.lineage
-            and (resumable(r) or stopping.in_handshake(r))
+            and resumable(r)
         ),
         key=lambda r: (r.stopped_deliberately_at or 0.0, r.id),
         reverse=True,
@@ -208,10 +208,6 @@ def start_for_demand(
     for record in stopped:
         if covered >= wanted:
             break
-        if stopping.in_handshake(record):
-            handshake.call_off(draft, record, "Ray's demand came back")
-            covered += 1
-            continue
         if record.phase is Phase.STOPPING:
             covered += 1
             continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from reconciler.model import rayversions
+from reconciler.model import rayversions, stopping
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
@@ -365,7 +365,7 @@ def _capacity(record: InstanceRecord) -> bool:
     is scaled down at the cap)."""
     return (
         record.role is Role.WORKER
-        and record.intent is Intent.RUNNING
+        and (record.intent is Intent.RUNNING or stopping.in_handshake(record))
         and record.live
         and not record.lost
     )

@@ -145,10 +145,14 @@ def test_a_listing_during_the_handshake_neither_finishes_the_stop_nor_moves_the_
     assert acts == [("stop", "finish_stop", "i1")]
 
 
-def test_demand_during_the_handshake_calls_the_stop_off_and_rents_nothing() -> None:
+def test_a_worker_in_the_handshake_is_capacity_and_demand_alone_calls_nothing_off() -> None:
+    """Its Ray runs until the drain: demand that counts it rents nothing and leaves the stop to
+    go on; work that Ray places on it is traffic, which calls the stop off (the idle scanner).
+    The fleet benchmark: a demand reading that counted the quiet worker itself called 138 stops
+    off and idle waste went from 1.03x to 1.69x of its floor."""
     acts, after = reconcile(asked(stop_acked_at=NOW - 5), demand=1)
     assert acts == []
-    assert after.intent is Intent.RUNNING and after.stop_cancelled_at == NOW
+    assert stopping.in_handshake(after) and after.stop_cancelled_at is None
 
 
 def test_demand_after_the_call_waits_for_the_acknowledged_stop_and_rents_nothing() -> None:
@@ -161,4 +165,19 @@ def test_the_handshake_wakes_the_auto_stop_net() -> None:
     waiting = asked(at=NOW - 20)
     assert deadlines.net_deadlines([waiting], SPEC)["auto_stop"] == NOW - 20 + WINDOW
     acked = asked(at=NOW - 20, stop_acked_at=NOW - 3)
-    assert deadlines.net_deadlines([acked], SPEC)["auto_stop"] == NOW - 3
+    assert deadlines.net_deadlines([acked], SPEC)["auto_stop"] == NOW - 1  # its stop timer
+
+
+def test_the_stop_is_asked_a_heartbeat_ahead_and_called_at_the_timer() -> None:
+    """So the acknowledgment is in when the timer falls due (the fleet benchmark: asked at the
+    timer, every idle stop came up to 30 s late)."""
+    interval = SPEC.watchdogs.heartbeat_interval_seconds
+    soon = quiet(stop_due_at=NOW + interval - 5)
+    assert deadlines.net_deadlines([soon], SPEC)["auto_stop"] == NOW + interval - 5 - interval
+    found = idle.auto_stop([soon], SPECS, lineage=LINEAGE, now=NOW)
+    assert [d.cls for d in found.detections] == ["idle_stop"]  # the ask
+    early = replace(stopping.asked(soon, NOW), stop_acked_at=NOW + 2)
+    waiting = idle.auto_stop([early], SPECS, lineage=LINEAGE, now=NOW + 10)
+    assert waiting.detections == [] and waiting.updates == {}
+    due = idle.auto_stop([early], SPECS, lineage=LINEAGE, now=NOW + interval - 5)
+    assert [d.cls for d in due.detections] == ["idle_stop"]

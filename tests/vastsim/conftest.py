@@ -43,7 +43,9 @@ def small_market() -> Market:
     )  # fmt: skip
 
 
-TIMING = Timing(provision=4.0, create=6.0, container_start=10.0, reboot=8.0, restart=2.0)
+TIMING = Timing(
+    provision=4.0, create=6.0, container_start=10.0, reboot=8.0, restart=2.0, stop_delay=0.0
+)
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ def dollars(rate_per_hour: Fraction, seconds: int) -> Fraction:
 
 
 def test_a_day_of_rentals_stops_and_destroys_is_exact_to_the_cent() -> None:
-    timing = Timing(provision=4, create=6, container_start=10, reboot=10, restart=2)
+    timing = Timing(provision=4, create=6, container_start=10, reboot=10, restart=2, stop_delay=0)
     sim = Sim(
         market=day_market(),
         clock=VirtualClock(T0),

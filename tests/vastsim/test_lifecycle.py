@@ -232,7 +232,7 @@ def test_recycle_pulls_afresh(client: httpx.Client, sim: Sim) -> None:
 
 
 def test_destroy_with_listing_lag() -> None:
-    timing = Timing(4, 6, 10, 8, 2, destroy_list_lag=5.0)
+    timing = Timing(4, 6, 10, 8, 2, destroy_list_lag=5.0, stop_delay=0.0)
     with Sim(market=small_market(), clock=VirtualClock(T0), api_key=KEY, timing=timing) as sim:
         client = httpx.Client(
             transport=InProcessTransport(sim),

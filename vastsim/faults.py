@@ -281,6 +281,12 @@ class Faults:
 
         self._sim.mutate(apply)
 
+    def missing_image(self, image: str) -> None:
+        """No registry has `image` (a bad tag): every later pull of it fails at once with
+        Docker's "Error response from daemon: manifest ... unknown"; the instance stays
+        `loading` with that message."""
+        self._sim.mutate(lambda now: self._sim.fleet.missing_images.add(image))
+
     def never_boots(self, machine_id: int) -> None:
         """Rentals on the machine stay in `loading` forever."""
         machine = self._sim.market.machine(machine_id)

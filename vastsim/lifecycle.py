@@ -165,6 +165,9 @@ class Fleet:
         self.gone: dict[int, Instance] = {}
         self.base_url: str | None = None
         self.hide_new_listings = 0
+        # Images no registry has (a bad tag): Docker's pull fails at once and the instance
+        # stays in `loading` with Docker's words, as vast shows it.
+        self.missing_images: set[str] = set()
         self._ids = itertools.count(first_instance_id)
         self._seq = itertools.count()
         self._events: list[tuple[float, int, Callable[[float], None]]] = []
@@ -475,6 +478,13 @@ class Fleet:
         machine = inst.machine
         wait = self.timing.container_start
         on_disk = inst.first_running_at is not None
+        if inst.image in self.missing_images and not on_disk:
+            message = (
+                f"Error response from daemon: manifest for {inst.image} not found: "
+                "manifest unknown: manifest unknown"
+            )
+            self._set_status(inst, "loading", now, message)
+            return
         if (inst.image in machine.cache or on_disk) and not fresh:
             message = f"Status: Image is up to date for {inst.image}"
         else:

@@ -13,10 +13,14 @@ when a counterexample was found.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import functools
 import logging
+import multiprocessing
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from fleetsim.adversary_play import Outcome, report, run
 from fleetsim.invariants import INVARIANTS
@@ -32,8 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if outcome.violations else 0
     began = time.perf_counter()
     outcomes: list[Outcome] = []
-    for seed in range(args.seed_start, args.seed_start + args.runs):
-        outcome = run(seed, args.hours, stop_at_first=not args.all)
+    seeds = range(args.seed_start, args.seed_start + args.runs)
+    for outcome in _played(seeds, args.hours, stop_at_first=not args.all, jobs=args.jobs):
+        seed = outcome.seed
         outcomes.append(outcome)
         if outcome.violations:
             sys.stdout.write(_short(outcome) if args.brief else report(outcome))
@@ -41,6 +46,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"seed {seed}: {outcome.wall:.1f}s, {outcome.rentals} rentals\n")
     sys.stdout.write(_totals(outcomes, time.perf_counter() - began) + "\n")
     return 1 if any(o.violations for o in outcomes) else 0
+
+
+def _played(
+    seeds: Sequence[int], hours: float, *, stop_at_first: bool, jobs: int
+) -> Iterator[Outcome]:
+    """Each seed's run, in seed order; on `jobs` processes (each run is one world on its own
+    virtual clock, so they share nothing: a seed replays the same on one process or many)."""
+    play = functools.partial(_one, hours=hours, stop_at_first=stop_at_first)
+    if jobs <= 1:
+        yield from map(play, seeds)
+        return
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        yield from pool.map(play, seeds)
+
+
+def _one(seed: int, *, hours: float, stop_at_first: bool) -> Outcome:
+    logging.disable(logging.WARNING)
+    return run(seed, hours, stop_at_first=stop_at_first)
 
 
 def _short(outcome: Outcome) -> str:
@@ -81,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--brief", action="store_true", help="one line per counterexample")
     parser.add_argument("--progress", action="store_true", help="each seed's time on stderr")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: one per core)"
+    )
     return parser
 
 

@@ -572,7 +572,7 @@ class AgentBehaviour(Behaviour):
             base_env=self.spec.env,
             node_ip=settings.source_ip,
         )
-        if self.fault.image is Image.NO_RAY:
+        if self.fault.image is Image.NO_RAY or not self.spec.has_ray:
             problem = f"[Errno 2] No such file or directory: {plan.argv[0]!r}"
             self._push(BootstrapError(f"cannot start Ray ({plan.argv[0]}): {problem}"), now)
             return

@@ -553,6 +553,7 @@ class Fleet:
             ports=dict(inst.ports),
             public_ip=inst.public_ip,
             label=inst.label,
+            has_ray=inst.image not in self.market.images_without_ray,
         )
 
     # -- helpers ------------------------------------------------------------------------------

@@ -162,6 +162,7 @@ class Market:
         *,
         images: Mapping[str, float] | None = None,
         default_image_gb: float = 8.0,
+        images_without_ray: frozenset[str] = frozenset(),
         first_offer_id: int = 4_000_001,
     ) -> None:
         self.machines: dict[int, Machine] = {}
@@ -171,6 +172,9 @@ class Market:
             self.machines[machine.machine_id] = machine
         self.images: dict[str, float] = dict(images or {})
         self.default_image_gb = default_image_gb
+        # Images whose `ray` cannot start (not installed): a container of one runs, its agent
+        # enrolls, and its Ray start fails at once (issue 21's "image without ray").
+        self.images_without_ray = frozenset(images_without_ray)
         self._next_offer_id = first_offer_id
         self._bundles: dict[int, Bundle] = {}
         self._by_machine: dict[int, list[int]] = {}
@@ -193,7 +197,8 @@ class Market:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Market:
         """Build a market from the parsed YAML format (see `vastsim/data/market.yaml`)."""
-        unknown = set(data) - {"images", "default_image_gb", "defaults", "machines"}
+        known = {"images", "default_image_gb", "defaults", "machines", "images_without_ray"}
+        unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown market keys: {sorted(unknown)}")
         defaults = dict(data.get("defaults") or {})
@@ -202,7 +207,10 @@ class Market:
         ]
         images = {str(k): float(v) for k, v in (data.get("images") or {}).items()}
         return cls(
-            machines, images=images, default_image_gb=float(data.get("default_image_gb", 8.0))
+            machines,
+            images=images,
+            default_image_gb=float(data.get("default_image_gb", 8.0)),
+            images_without_ray=frozenset(str(i) for i in data.get("images_without_ray") or ()),
         )
 
     @classmethod

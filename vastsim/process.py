@@ -177,6 +177,17 @@ class ProcessRunner:
     def workspace(self, instance_id: int) -> Path:
         return self.instance_dir(instance_id) / "workspace"
 
+    @staticmethod
+    def _without_ray(workspace: Path) -> Path:
+        """A directory whose `ray` is what an image without Ray has: the shell's "not found"
+        (exit 127), found first on the container's PATH."""
+        shim = workspace / ".vastsim-no-ray"
+        shim.mkdir(exist_ok=True)
+        ray = shim / "ray"
+        ray.write_text('#!/bin/sh\necho "sh: 1: ray: not found" >&2\nexit 127\n')
+        ray.chmod(0o755)
+        return shim
+
     def log_path(self, instance_id: int) -> Path:
         return self.instance_dir(instance_id) / "container.log"
 
@@ -189,6 +200,8 @@ class ProcessRunner:
         env[HOST_NETWORK_ENV] = "1"
         marker = f"{self._token}.{spec.instance_id}.{spec.boot}"
         env[MARKER] = marker
+        if not spec.has_ray:
+            env["PATH"] = f"{self._without_ray(workspace)}{os.pathsep}{env.get('PATH', '')}"
         argv = command(spec)
         with self._lock:
             self._kill_live(spec.instance_id)

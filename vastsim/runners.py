@@ -57,6 +57,8 @@ class ContainerSpec:
     ports: Mapping[str, int]
     public_ip: str
     label: str | None
+    # False for an image whose `ray` cannot start (the market's `images_without_ray`)
+    has_ray: bool = True
 
 
 class Runner(Protocol):

@@ -216,3 +216,20 @@ def test_vastsim_imports_neither_reconciler_nor_agent() -> None:
                     assert importlib.util.find_spec(top) is not None
         if path.name != "transport.py":
             assert "import httpx" not in path.read_text(), path.name
+
+
+def test_an_image_without_ray_is_the_markets_word_and_reaches_the_container(tmp_path: Path) -> None:
+    """The market names the images whose `ray` cannot start (the default names one); their
+    containers are told (`ContainerSpec.has_ray`), and the process runner puts a `ray` first on
+    their PATH that the shell cannot find (exit 127), as such an image has."""
+    from vastsim.process import ProcessRunner  # noqa: PLC0415
+
+    market = Market.default()
+    assert "example.org/ray-vast/no-ray:1" in market.images_without_ray
+    with pytest.raises(ValueError, match="unknown market keys"):
+        Market.from_dict({"machines": [], "images_with_no_ray": []})
+    shim = ProcessRunner._without_ray(tmp_path)
+    import subprocess  # noqa: PLC0415
+
+    done = subprocess.run([str(shim / "ray"), "start"], capture_output=True, check=False)
+    assert done.returncode == 127 and b"not found" in done.stderr

@@ -35,6 +35,7 @@ from reconciler.watch.controller import (
     TickReport,
 )
 from reconciler.watch.metrics import DollarCounter, Gauges, MetricsServer
+from reconciler.watch.served import Served
 from reconciler.watch.source import GitError, SpecSource
 
 # How long the loop sleeps at most between looks at the spec directory.
@@ -137,15 +138,17 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     gauges = Gauges()
     metrics = _metrics(controller, gauges, logger) if options.metrics else None
     dollars = DollarCounter(deps.clock.now(), ledger_path(deps.state_dir)) if metrics else None
+    served = Served()
     ticks = 0
     failures = 0  # loop turns in a row that raised past the controller's own containment
     try:
         while not options.stop.is_set():
             try:
-                _reload(options.source, controller, deps, logger, services)
+                _reload(options.source, controller, deps, logger, services, served=served)
                 take_orders(deps.state_dir, controller, logger)
                 started = time.monotonic()
                 report = controller.tick()
+                _follow(served, services, controller)
             except Exception:
                 failures += 1
                 wait = min(
@@ -192,12 +195,24 @@ def _sleep(deps: Deps, stop: threading.Event, seconds: float) -> None:
         stop.wait(max(seconds, 0.05))
 
 
+def _follow(
+    served: Served, services: Sequence[Service], controller: Controller, *, force: bool = False
+) -> None:
+    """The head services and Ray's readers serve the declared clusters and the removed ones
+    whose machines pins still hold (`watch.served`)."""
+    followers = [s for s in services if isinstance(s, Reloadable)]
+    records = controller.journal.records()
+    served.follow(followers, controller.specs, records, controller.journal.lineage, force=force)
+
+
 def _reload(
     source: SpecSource,
     controller: Controller,
     deps: Deps,
     logger: logging.Logger,
     services: Sequence[Service] = (),
+    *,
+    served: Served | None = None,
 ) -> None:
     try:
         loaded = source.poll()
@@ -220,9 +235,8 @@ def _reload(
             )
         return
     controller.set_specs({s.name: s for s in loaded.clusters}, revision=source.revision)
-    for service in services:  # what depends on the specs follows them (the head services)
-        if isinstance(service, Reloadable):
-            service.reload(controller.specs)
+    # what depends on the specs follows them (the head services, Ray's readers)
+    _follow(served or Served(), services, controller, force=True)
     revision = f" at revision {source.revision}" if source.revision else ""
     logger.info("specs reloaded%s: %s", revision, ", ".join(s.name for s in loaded.clusters))
 

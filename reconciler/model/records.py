@@ -327,6 +327,8 @@ class BreakerState:
     # configuration starts a new one; an enrollment does not).
     cycle_from: float | None = None
     cycle_failed: int = 0
+    # Why it last opened, in plain words (`status` says it while the pause lasts).
+    reason: str | None = None
 
     @property
     def count(self) -> int:

@@ -73,6 +73,12 @@ def _settle(draft: Draft, spec: ClusterSpec, node_type: str, state: BreakerState
     openings = state.openings + 1
     pause = min(MAX_PAUSE_SECONDS, spec.breaker.pause_seconds * 2.0 ** (openings - 1))
     until = draft.now + pause
+    why = (
+        f"{failed} slots in a row ended with no worker"
+        + (f" ({state.short_lives} of them workers that ended early)" if state.short_lives else "")
+        + f"; launches paused for {pause / 60:.0f} min"
+        + (f" (opening {openings} in a row with no serving worker)" if openings > 1 else "")
+    )
     draft.set_breaker(
         spec.name,
         node_type,
@@ -86,13 +92,8 @@ def _settle(draft: Draft, spec: ClusterSpec, node_type: str, state: BreakerState
             since=None,
             cycle_from=draft.now,
             cycle_failed=0,
+            reason=why,
         ),
-    )
-    why = (
-        f"{failed} slots in a row ended with no worker"
-        + (f" ({state.short_lives} of them workers that ended early)" if state.short_lives else "")
-        + f"; launches paused for {pause / 60:.0f} min"
-        + (f" (opening {openings} in a row with no serving worker)" if openings > 1 else "")
     )
     draft.add(
         Action(ActionKind.PAUSE, spec.name, "breaker_open", why, node_type=node_type, until=until)

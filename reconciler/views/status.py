@@ -26,7 +26,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
 from reconciler.nets.base import serving_workers
 
-FORMAT_VERSION = "1.3"
+FORMAT_VERSION = "1.4"
 # The human view shows a cluster's newest alerts; `--json` has every one.
 ALERTS_SHOWN = 10
 
@@ -174,7 +174,7 @@ def _breakers_by_cluster(
 
 
 def _breaker_shown(state: BreakerState, now: float) -> bool:
-    return state.consecutive_empty > 0 or _paused(state, now) or state.halt is not None
+    return state.count > 0 or _paused(state, now) or state.halt is not None
 
 
 def _paused(state: BreakerState, now: float) -> bool:
@@ -191,6 +191,14 @@ def _breaker(
         # Slots in a row that ended with no worker since the last enrollment (or the last trip:
         # a trip starts the count again).
         "consecutive_empty": state.consecutive_empty,
+        # Workers in a row that ended early (DESIGN.md 11); with the slots above, what opens it.
+        "short_lives": state.short_lives,
+        # Openings in a row with no serving worker between them (each doubles the pause), why
+        # it last opened, and whether a worker of the configuration has served long enough to
+        # lift the canary rule.
+        "openings": state.openings,
+        "reason": state.reason,
+        "proven": state.proven,
         # The spec's threshold (known only when `status` is given the specs).
         "trips_after": spec.breaker.slots if spec else None,
         # A permanent failure of the node type: no rental until its image or env changes.
@@ -294,7 +302,7 @@ def _money_chain(instance: Mapping[str, Any], now: float) -> list[str]:
 
 
 def _breaker_worth(breaker: Mapping[str, Any]) -> bool:
-    return bool(breaker["paused"] or breaker["consecutive_empty"])
+    return bool(breaker["paused"] or breaker["consecutive_empty"] or breaker["short_lives"])
 
 
 def _halt_lines(breaker: Mapping[str, Any], now: float) -> list[str]:
@@ -315,14 +323,20 @@ def _halt_lines(breaker: Mapping[str, Any], now: float) -> list[str]:
 
 def _breaker_line(breaker: Mapping[str, Any], now: float) -> str:
     limit = breaker["trips_after"]
-    count = f"{breaker['consecutive_empty']}" + (f" of {limit}" if limit is not None else "")
+    total = breaker["consecutive_empty"] + breaker["short_lives"]
+    count = f"{total}" + (f" of {limit}" if limit is not None else "")
+    early = (
+        f" ({breaker['short_lives']} workers that ended early)" if breaker["short_lives"] else ""
+    )
     if not breaker["paused"]:
-        return f"  breaker {breaker['node_type']}: {count} slots in a row ended with no worker"
+        return (
+            f"  breaker {breaker['node_type']}: {count} slots in a row ended with no worker{early}"
+        )
     tripped = f"{limit} slots" if limit is not None else "the breaker's number of slots"
+    why = breaker["reason"] or f"{tripped} in a row ended with no worker"
     return (
         f"  breaker {breaker['node_type']}: launches paused until "
-        f"{_clock_time(breaker['paused_until'], now)} ({tripped} in a row ended with no worker); "
-        f"count since: {count}"
+        f"{_clock_time(breaker['paused_until'], now)}: {why}"
     )
 
 

@@ -33,6 +33,11 @@ RELEASED = re.compile(r"request (\S+) is (released|failed)")
 # listing proves (gone from the list for 60 s, `exited`: the first seed's provider endings; the
 # lost mark is about the path to the machine, not about a machine vast no longer runs).
 ALLOWED_WHILE_LOST = frozenset({"down", "removed_from_spec", "missing_from_listing", "exited"})
+# Ends of a pinned machine that are no new decision to end it: `down`; what vast's listing
+# proves (its container exited, or vast no longer lists it: Ray's work there is a reading that
+# has not caught up); and a destroy sent again (its first decision was judged when it was made:
+# seed 16, an exited container's resent destroy while Ray still said work was on it).
+ALLOWED_WHILE_PINNED = frozenset({"down", "missing_from_listing", "exited", "finish_destroy"})
 
 
 def _destroy(entry: Mapping[str, Any]) -> bool:
@@ -96,7 +101,7 @@ def _decided_end(judge: Judge, e: dict[str, Any], records: Records) -> None:
         judge.flag(
             2, e["time"], f"request watchdog {cls} ended {rid}", f"w{rid}", lines, vast_id=vast_id
         )
-    if after is not None and after.held(e["time"]) and cls != "down":
+    if after is not None and after.held(e["time"]) and cls not in ALLOWED_WHILE_PINNED:
         by = after.pinned_by or "Ray's work on it"
         what = f"{rid} (instance {vast_id}) ended by {cls} while pinned ({by})"
         judge.flag(5, e["time"], what, f"p{rid}", lines, vast_id=vast_id)

@@ -77,6 +77,7 @@ class Life:
     running_from: float | None  # its GPU first billed (None: it never ran)
     running_until: float | None  # its GPU bill ended here at the latest (None: no such limit)
     stopped: tuple[Stretch, ...] = ()
+    dark: tuple[Stretch, ...] = ()  # listed, not running, no stop of ours: storage only
     serving_from: float | None = None
     quiet: tuple[Stretch, ...] = ()
     quiet_folded: float = 0.0  # seconds of quiet stretches before the first one in `quiet`
@@ -100,7 +101,9 @@ def life_of(record: InstanceRecord) -> Life | None:
     """The bill of a record (None: vast never had the instance, so it billed nothing)."""
     if record.vast_id is None:
         return None
-    ran = [t for t in (record.enrolled_at, record.first_running_at) if t is not None]
+    ran = [
+        t for t in (record.enrolled_at, record.ran_from or record.first_running_at) if t is not None
+    ]
     serving = record.serving_at
     if serving is None and (record.exempt or record.phase is Phase.SERVING):
         # no agent: running is as far as serving can be seen; or serving in a state written
@@ -124,6 +127,7 @@ def life_of(record: InstanceRecord) -> Life | None:
         running_from=min(ran) if ran else None,
         running_until=_running_until(record),
         stopped=record.stopped,
+        dark=record.dark,
         serving_from=serving,
         quiet=record.quiet,
         quiet_folded=record.quiet_folded,
@@ -243,7 +247,7 @@ def _charges(life: Life, since: float | None, until: float) -> list[Charge]:
     for t in (life.running_from, life.running_until, life.serving_from):
         if t is not None:
             cuts.add(t)
-    for stretch in (*life.stopped, *life.quiet):
+    for stretch in (*life.stopped, *life.quiet, *life.dark):
         cuts.add(stretch.start)
         if stretch.end is not None:
             cuts.add(stretch.end)
@@ -284,7 +288,7 @@ def _running(life: Life, t: float) -> bool:
         return False
     if life.running_until is not None and t >= life.running_until:
         return False
-    return not _within(life.stopped, t)
+    return not _within(life.stopped, t) and not _within(life.dark, t)
 
 
 def _cause(life: Life, t: float) -> Cause:

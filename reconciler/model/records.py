@@ -151,6 +151,16 @@ class InstanceRecord:
     quiet: tuple[Stretch, ...] = ()
     quiet_folded: float = 0.0
     stopped: tuple[Stretch, ...] = ()
+    # The stretches vast listed it but not running with no stop of ours (its host `unknown` or
+    # `offline`, its container exited): from the last listing that showed it running to the
+    # first that shows it running again. vast billed storage only (found by the adversary: a
+    # host that went dark and came back was priced in full, +24% on a cluster's bill).
+    dark: tuple[Stretch, ...] = ()
+    # When vast says it first ran (the first running listing less its `uptime_mins`): where its
+    # GPU bill began. The limits never read it (they run from our own first sight of it running,
+    # `first_running_at`); the bill does (the adversary: a candidate ended a minute after we first
+    # saw it running was priced from that sight, up to half its bill short).
+    ran_from: float | None = None
     # A destroy or stop that vast has not confirmed yet (a transitional state): how many calls
     # were made, and when the next one is due (backoff after a failure; a stop that vast accepted
     # is checked again after a while). Cleared when vast confirms.
@@ -465,6 +475,22 @@ def stopped_from(record: InstanceRecord, now: float) -> InstanceRecord:
     if open_since(record.stopped) is not None:
         return record
     return replace(record, stopped=(*record.stopped, Stretch(now)))
+
+
+def dark_from(record: InstanceRecord, since: float) -> InstanceRecord:
+    """A listing shows it listed but not running, no stop of ours under way: vast bills its
+    storage alone from `since` (the last listing that showed it running)."""
+    if open_since(record.dark) is not None or open_since(record.stopped) is not None:
+        return record
+    return replace(record, dark=(*record.dark, Stretch(since)))
+
+
+def lit_again(record: InstanceRecord, now: float) -> InstanceRecord:
+    """A listing shows it running again: the dark stretch under way ends."""
+    since = open_since(record.dark)
+    if since is None:
+        return record
+    return replace(record, dark=(*record.dark[:-1], Stretch(since, max(since, now))))
 
 
 def started_from(record: InstanceRecord, now: float) -> InstanceRecord:

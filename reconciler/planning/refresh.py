@@ -19,6 +19,8 @@ from reconciler.model.records import (
     Records,
     Request,
     Role,
+    dark_from,
+    lit_again,
     running_again,
     stopped_from,
 )
@@ -78,6 +80,10 @@ def _adopt(record: InstanceRecord, seen: Instance | None, notes: list[str]) -> I
     return replace(record, vast_id=seen.id, phase=Phase.RENTING)
 
 
+# Statuses of an instance vast lists but does not run, with no stop of ours: it bills storage.
+DARK = frozenset({"unknown", "offline", "exited", "frozen"})
+
+
 def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecord:
     """One record seen in the listing at `now`."""
     status = seen.actual_status
@@ -93,9 +99,16 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
         first = record.first_running_at or now
         uptime = seen.uptime_mins
         since = now if uptime is None else min(now, max(record.created_at, now - uptime * 60))
-        record = replace(running_again(record, since), provider_ok_at=now, first_running_at=first)
+        record = replace(
+            lit_again(running_again(record, since), now),
+            provider_ok_at=now,
+            first_running_at=first,
+            ran_from=record.ran_from if record.ran_from is not None else since,
+        )
     elif status == "stopped":
         record = stopped_from(record, now)  # billing storage only (stopped by us or by vast)
+    elif status in DARK and record.provider_ok_at is not None:
+        record = dark_from(record, record.provider_ok_at)  # vast bills its storage alone
     if record.phase is Phase.STOPPED and record.intent is Intent.STOPPED:
         record = replace(record, call_attempts=0, retry_at=None)  # vast confirmed the stop
     if record.exempt and status == "running" and record.role is Role.CANDIDATE:

@@ -44,6 +44,8 @@ MAX_PAUSE_SECONDS = 7200.0
 # Blocklist reasons a fault of the configuration explains (an image that never enrolls, a
 # pull that never ends, a container that never boots): lifted when the configuration changes.
 CONFIG_REASONS = frozenset({"timeout", "boot"})
+# The ends of a worker that are decisions of ours, not failures of its configuration.
+DELIBERATE = frozenset({"scale_down", "idle_destroy", "idle_stop", "removed_from_spec", "down"})
 SERVED = "served"
 SHORT = "short"
 
@@ -174,11 +176,14 @@ def observe_lives(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> None:
             continue
         ended = not _running(record)
         if _served(record, draft.now) >= served_for or (
-            ended and record.serving_at is not None and record.reported is None
+            ended and record.serving_at is not None and record.ended_reason in DELIBERATE
         ):
-            # it served that long, or its Ray ran and something else ended it (scale-down, the
-            # money chain, a destroy at vast's console): the configuration works, and a canary
-            # budget spent on it must not be lost for good (else no slot is ever let out again)
+            # it served that long, or its Ray ran and a decision of ours ended it (scale-down,
+            # the money chain, a prune, `down`): the configuration works, and a canary budget
+            # spent on it must not be lost for good (else no slot is ever let out again). Any
+            # other early end is a failure: a worker vast loses, or that goes silent, within
+            # minutes every time is a rent loop too (the adversary, seed 79: such ends counted
+            # as proof let 14 rentals into a cycle bounded at 6)
             draft.update(record, breaker_mark=SERVED)
             state = draft.breaker(spec.name, node_type.name)
             proof = replace(

@@ -115,6 +115,12 @@ def _finish(
             draft.stop(record, "finish_stop", f"vast has not stopped it yet ({tries})")
         return
     last = record.provider_seen_at or record.created_at
+    if kind is ActionKind.STOP:
+        # a machine we only stopped is alive until vast's listings have not shown it for the
+        # missing window (rule 5), not one listing after a quiet minute: the adversary (seed 87)
+        # saw a stopping worker missing from one listing closed as gone, its certificate
+        # revoked, and the healthy worker end itself on the 403
+        last = record.missing_since if record.missing_since is not None else draft.now
     if draft.now - last >= missing:
         ended = "gone from vast's listing" + (" while stopping" if kind is ActionKind.STOP else "")
         draft.update(

@@ -286,6 +286,10 @@ def counts_network(env: Mapping[str, str]) -> bool:
     return env.get(HOST_NETWORK_ENV) != "1"
 
 
+# The shortest window a utilisation sample covers (see `Sampler.utilisation`).
+MIN_WINDOW_SECONDS = 5.0
+
+
 class Sampler:
     """Reads the files of one machine (under `root`) into heartbeat fields. `affinity` (the CPUs
     this process may run on) defaults to this process's; `clock` to the monotonic clock; `gpus`
@@ -307,6 +311,7 @@ class Sampler:
         self.clock = clock
         self.gpus = gpus if gpus is not None else GpuSampler()
         self._previous: _Previous | None = None
+        self._last: dict[str, Any] | None = None
 
     def tcp_tables(self) -> list[str]:
         return [t for t in (self._read(f"proc/net/{n}") for n in ("tcp", "tcp6")) if t]
@@ -364,7 +369,24 @@ class Sampler:
         return []
 
     def utilisation(self) -> dict[str, Any]:
+        """The rates since the previous sample. A heartbeat sent out of step (the one that
+        acknowledges a stop goes at once) would sample a window of milliseconds, in which the
+        agent's own answer to the head is most of the CPU: issue 21's e2e run read every such
+        window as traffic and called off every stop. A window shorter than
+        `MIN_WINDOW_SECONDS` repeats the last full sample and leaves its counters running, so
+        the next window covers it."""
         now = self.clock()
+        if (
+            self._previous is not None
+            and self._last is not None
+            and self._last["sample_seconds"]  # a full window to repeat (not the first reading)
+            and now - self._previous.at < MIN_WINDOW_SECONDS
+        ):
+            return dict(self._last)
+        self._last = self._read_sample(now)
+        return dict(self._last)
+
+    def _read_sample(self, now: float) -> dict[str, Any]:
         stat = self._read("proc/stat")
         dev = self._read("proc/net/dev") if self.count_network else None
         cpu = cpu_times(stat) if stat else None

@@ -31,6 +31,7 @@ from reconciler.model.records import (
     InstanceRecord,
     Intent,
     Phase,
+    Role,
     open_since,
     traffic_again,
     went_quiet,
@@ -76,14 +77,8 @@ def scan(
     lineage: str,
     now: float,
 ) -> NetResult:
-    result = NetResult()
     everything = list(records)
-    for record in everything:  # clearing: every record, no gate
-        armed = record.stop_due_at or record.destroy_due_at or open_since(record.quiet)
-        if busy.get(record.id) and armed:
-            cleared = replace(record, stop_due_at=None, destroy_due_at=None)
-            # a stop vast has not been asked for yet is called off too (the agent is told)
-            result.updates[record.id] = traffic_again(stopping.cancelled(cleared, now), now)
+    result = clear(everything, busy=busy, now=now)
     for record in serving_workers(everything):  # arming: gated
         spec = specs.get(record.cluster)
         if spec is None or record.id in result.updates or busy.get(record.id) is not False:
@@ -95,6 +90,55 @@ def scan(
         stop_after, destroy_after = spec.idle_windows(record.node_type)
         timed = replace(record, stop_due_at=now + stop_after, destroy_due_at=now + destroy_after)
         result.updates[record.id] = went_quiet(timed, now)
+    for record in _stopped_untimed(everything, lineage, now):
+        spec = specs.get(record.cluster)
+        if spec is None or record.id in result.updates or busy.get(record.id):
+            continue
+        stop_after, destroy_after = spec.idle_windows(record.node_type)
+        result.updates[record.id] = replace(record, destroy_due_at=now + destroy_after - stop_after)
+    return result
+
+
+def _stopped_untimed(
+    records: Iterable[InstanceRecord], lineage: str, now: float
+) -> list[InstanceRecord]:
+    """Our stopped workers with no destroy timer: traffic read after vast's stop was called
+    (a last sample of the stopping container) cleared it, and a stopped disk would bill with
+    nothing to end it. The destroy timer is armed again behind the stop, as if the stop had
+    fallen due now; traffic or a pin still holds it, as any timer."""
+    return [
+        r
+        for r in records
+        if r.live
+        and r.role is Role.WORKER
+        and r.intent is Intent.STOPPED
+        and r.phase is Phase.STOPPED
+        and r.destroy_due_at is None
+        and r.managed_by == lineage
+        and not r.held(now)
+    ]
+
+
+def clear(
+    records: Iterable[InstanceRecord], *, busy: Mapping[str, bool | None], now: float
+) -> NetResult:
+    """The scanner's clearing half, with no gate: traffic clears both timers of every record.
+    It runs on every pass of the money chain, not only at the scanner's cadence, so a stop or a
+    destroy never falls due on a sample of work the pass has already read (the heartbeat that
+    acknowledges a stop may carry one: issue 21's e2e run stopped a busy worker on it, and the
+    next scan left the stopped machine with no destroy timer)."""
+    result = NetResult()
+    for record in records:
+        armed = record.stop_due_at or record.destroy_due_at or open_since(record.quiet)
+        if busy.get(record.id) and armed:
+            cleared = replace(record, stop_due_at=None, destroy_due_at=None)
+            # a stop vast has not been asked for yet is called off too (the agent is told)
+            result.updates[record.id] = traffic_again(stopping.cancelled(cleared, now), now)
+            if stopping.in_handshake(record):
+                why = "traffic before vast's stop: the stop is called off"
+                result.detections.append(
+                    Detection(record.id, stopping.CANCELLED_CLASS, why, record.vast_id)
+                )
     return result
 
 

@@ -158,6 +158,8 @@ class Failing:
     error: str
 
 
+# The money chain's acting nets: the scanner's clearing runs before them in every pass.
+ACTING_ON_QUIET = frozenset({"auto_stop", "auto_destroy"})
 POOL_JOBS = frozenset({"pool_idle_release", "queue_wait", "no_consumer", "stuck_dispatch"})
 
 MachineNet = Callable[..., NetResult]
@@ -831,6 +833,9 @@ class Controller:
                 out.instances,
                 out.found,
             )
+        elif self.idle_scanner and ACTING_ON_QUIET & set(jobs):
+            # the traffic this pass read clears the timers before anything acts on them
+            self._take(idle.clear(mine, busy=busy, now=now), "idle_scan", out.instances, out.found)
         for job, net in self.machine_nets.items():
             if job in jobs:
                 current = [out.instances.get(r.id, r) for r in mine]

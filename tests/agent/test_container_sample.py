@@ -289,3 +289,34 @@ def test_a_heartbeat_with_the_new_fields_validates(tmp_path):
     for wrong in ({"cpu_source": "guess"}, {"gpu_source": "dcgm"}, {"gpu_memory_fraction": 1.5}):
         with pytest.raises(jsonschema.ValidationError):
             validator.validate({**body, "utilisation": {**use, **wrong}})
+
+
+def test_a_heartbeat_out_of_step_repeats_the_last_full_window(tmp_path):
+    """Issue 21's e2e run: the heartbeat that acknowledges a stop goes at once, and its window
+    of milliseconds held mostly the agent's own work, read as traffic, calling every stop off.
+    A window under MIN_WINDOW_SECONDS repeats the last full sample; the counters keep running,
+    so the next full window covers the short one's CPU too."""
+    cgroup = "sys/fs/cgroup/cpu.stat"
+    write(
+        tmp_path,
+        {
+            "proc/self/cgroup": "0::/\n",
+            "proc/self/mountinfo": DOCKER_V2,
+            "proc/stat": IDLE_HOST,
+            cgroup: "usage_usec 0\n",
+            "sys/fs/cgroup/cpu.max": "max 100000\n",
+        },
+    )
+    sample, clock = sampler(tmp_path, affinity=1)
+    sample.utilisation()
+    clock.now += 30.0
+    write(tmp_path, {cgroup: "usage_usec 300000\n"})  # 0.3 s of CPU in 30 s: quiet
+    quiet = sample.utilisation()
+    assert quiet["cpu_fraction"] == 0.01
+    clock.now += 0.05
+    write(tmp_path, {cgroup: "usage_usec 330000\n"})  # 30 ms in 50 ms: "60 %"
+    assert sample.utilisation() == quiet
+    clock.now += 29.95
+    write(tmp_path, {cgroup: "usage_usec 630000\n"})
+    full = sample.utilisation()
+    assert full["sample_seconds"] == 30.0 and full["cpu_fraction"] == 0.011  # the short one in it

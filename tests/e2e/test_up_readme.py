@@ -37,7 +37,8 @@ TASK = textwrap.dedent(
 
 
 # Ray's view of the worker through the controller's own reader: idle once the task is done, then
-# drained (as a lost worker is): Ray takes the node out of scheduling.
+# drained for idle termination (as the money chain's stop does): Ray takes the node out of
+# scheduling.
 RAY_VIEW = textwrap.dedent(
     """
     import time
@@ -52,7 +53,7 @@ RAY_VIEW = textwrap.dedent(
         time.sleep(0.5)
     print("WORK", sorted(work.items()))
     nodes = {r: n for n, r in signals._records_by_node().items()}
-    signals.drain(Records(), sorted(work), "test: out of rotation")
+    print("ACCEPTED", signals.drain_idle(Records(), sorted(work), time.time() + 60))
     status = None
     for _ in range(60):
         by_node = {bytes(n.node_id).hex(): n.status for n in signals._state().node_states}

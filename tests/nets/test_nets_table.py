@@ -265,6 +265,19 @@ def test_traffic_clears_both_timers_whatever_the_recorded_state(drift: dict[str,
     assert cleared.stop_due_at is None and cleared.destroy_due_at is None
 
 
+def test_a_stopped_worker_whose_timers_traffic_cleared_gets_its_destroy_timer_again() -> None:
+    """A last busy sample of the stopping container cleared both timers after vast's stop was
+    called: the scan arms the destroy timer again behind the stop (a stopped disk bills), but not
+    while the sample still shows traffic, nor for a machine not ours or pinned."""
+    stopped = worker(phase=Phase.STOPPED, intent=Intent.STOPPED)
+    again = idle.scan([stopped], SPECS, busy={}, lineage=LINEAGE, now=NOW).updates["w1"]
+    gap = W.idle_destroy_after_seconds - W.idle_stop_after_seconds
+    assert again.destroy_due_at == NOW + gap and again.stop_due_at is None
+    assert idle.scan([stopped], SPECS, busy={"w1": True}, lineage=LINEAGE, now=NOW).updates == {}
+    for other in (replace(stopped, managed_by=OTHER_LINEAGE), replace(stopped, pinned=True)):
+        assert idle.scan([other], SPECS, busy={}, lineage=LINEAGE, now=NOW).updates == {}
+
+
 def test_auto_destroy_needs_stopped_or_idle() -> None:
     armed_destroy_only = worker(stop_due_at=None, destroy_due_at=NOW - 1)
     assert run_auto_destroy([armed_destroy_only]).detections == []

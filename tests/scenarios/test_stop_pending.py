@@ -30,7 +30,17 @@ import pytest
 from bench.harness import START, Fleet, fleet
 from fleetsim.agents import ContainerFault, Span
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
-from tests.scenarios.world import M, Signals, alive, cluster, ended_by, lines, rented, run, workers
+from tests.scenarios.world import (
+    M,
+    Signals,
+    alive,
+    cluster,
+    ended_by,
+    lines,
+    rented,
+    run,
+    workers,
+)
 from vastsim import Timing
 
 NAME = "pend"
@@ -215,3 +225,54 @@ def test_an_agent_that_never_acknowledges_is_stopped_without_the_drain_and_keeps
         assert (agent.ending.reason, agent.phase) == ("signal", "stopped")
         assert agent.destroys == [] and vast_id in f.agents.disks
         assert vast_id not in ended_by(f)
+
+
+def test_work_in_the_acknowledging_heartbeat_calls_the_stop_off_and_the_timers_stay_true() -> None:
+    """The e2e run of issue 21's CI: the heartbeat that acknowledged the stop carried a busy
+    sample, the stop was called on the acknowledgment before the next idle scan read that
+    sample, and the scan then cleared both timers of a machine vast had already stopped: a
+    stopped worker with no destroy timer, its disk billing until someone noticed. Traffic seen
+    before vast's stop is called calls the stop off; auto-stop reads it in the same pass."""
+    work = spans((0, 20 * M))
+    burst: list[float] = []
+    # the idle scan out of step with the stop timer (as the e2e's 2-s cadences were)
+    spec = cluster(
+        NAME,
+        min_workers=0,
+        max_workers=2,
+        factor=1,
+        watchdogs={"heartbeat_interval_seconds": 5},
+        head="cadences: {idle_scan_seconds: 45}",
+    )
+
+    def working(now: float) -> bool:
+        return work(now) or any(at <= now < at + 45 for at in burst)
+
+    with fleet(spec, timing=Timing(stop_delay=3.0)) as f:
+        f.controller.signals = Signals(
+            f.clock, demand_at=lambda now: {KEY: 1 if work(now) else 0}, played=f.agents
+        )
+        f.agents.working = working
+        run(f, START + 20 * M)
+        [vast_id] = workers(f, NAME)
+
+        def burst_at_the_ask() -> None:
+            record = the_record(f, vast_id)
+            if record.stop_asked_at is not None and not burst:
+                burst.append(f.clock.now())
+
+        run(f, START + 33 * M, each=burst_at_the_ask)
+        assert burst, "the stop was never asked"
+        # the burst reached the head in the heartbeat that answered the ask: no stop was called
+        assert not lines(f, "idle_stop", "call"), lines(f, "idle_stop")
+        [off] = lines(f, "stop_cancelled")
+        assert "traffic" in off["message"] and off["time"] >= burst[0]
+        inst = f.sim.instance(vast_id)
+        assert inst is not None and inst.actual_status == "running"
+        record = the_record(f, vast_id)
+        assert (record.intent, record.phase) == (Intent.RUNNING, Phase.SERVING)
+
+        # quiet again after the burst: stopped at the timer, then destroyed at the next one
+        run(f, START + 75 * M)
+        assert [e["instance"] for e in lines(f, "idle_stop", "call")] == [vast_id]
+        assert ended_by(f).get(vast_id) == "idle_destroy", ended_by(f)

@@ -56,7 +56,10 @@ from it; ours now does too. Where no cgroup can be made the container runs witho
 once); a container never fails for it.
 
 stdout and stderr go to `<workdir>/<instance id>/container.log` (served by request_logs); the
-container's working directory and `DATA_DIRECTORY` is `<workdir>/<instance id>/workspace`.
+container's working directory and `DATA_DIRECTORY` is `<workdir>/<instance id>/workspace`. With
+namespaces the container has its own /tmp, `<workdir>/<instance id>/tmp` bound over the host's in
+its mount namespace (`PRIVATE_TMP`), as a docker container has one: Ray nodes of two containers
+would otherwise share a session directory and race for its socket names.
 """
 
 from __future__ import annotations
@@ -96,6 +99,11 @@ CLONE_NEWPID = 0x20000000
 # util-linux unshare(1) run as PID 1 of the new PID namespace: a private mount namespace with a
 # /proc of that PID namespace, then exec of the container's argv
 SHIM = ("--mount-proc", "--propagation", "private", "--")
+# then, in that mount namespace, the container's own /tmp (as a docker container has one) bound
+# over the host's before the exec, so PID 1 is still the container's command. Without it, Ray
+# nodes of several containers share one session directory and race for its socket names (issue
+# 21's CI: one of three raylets started at once never registered, and its Ray exited)
+PRIVATE_TMP = 'mount --bind "$0" /tmp || echo "vastsim: no private /tmp" >&2; exec "$@"'
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +199,14 @@ class ProcessRunner:
     def log_path(self, instance_id: int) -> Path:
         return self.instance_dir(instance_id) / "container.log"
 
+    def private_tmp(self, instance_id: int) -> Path:
+        """The container's own /tmp (kept with its disk across a stop, as a docker container's
+        writable layer is; Ray's logs of the container's node stay readable after it ends)."""
+        tmp = self.instance_dir(instance_id) / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.chmod(0o1777)
+        return tmp
+
     def start(self, spec: ContainerSpec, now: float) -> None:
         workspace = self.workspace(spec.instance_id)
         workspace.mkdir(parents=True, exist_ok=True)
@@ -210,7 +226,8 @@ class ProcessRunner:
             try:
                 with open(self.log_path(spec.instance_id), "ab") as out:
                     if self.contained:
-                        proc = _popen_contained(argv, workspace, env, out, procs)
+                        tmp = self.private_tmp(spec.instance_id)
+                        proc = _popen_contained(argv, workspace, env, out, procs, tmp=tmp)
                         namespace = _namespace(proc.pid)
                     else:
                         proc = _popen(argv, workspace, env, out, procs)
@@ -495,10 +512,15 @@ def _popen_contained(
     env: Mapping[str, str],
     out: IO[bytes] | int,
     procs: int | None = None,
+    *,
+    tmp: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """`_popen` as PID 1 of a new PID namespace (see the module docstring). The thread that
-    unshares ends with the call, so no other child of this process lands in the namespace."""
+    """`_popen` as PID 1 of a new PID namespace (see the module docstring), with `tmp` bound
+    over its /tmp when given. The thread that unshares ends with the call, so no other child of
+    this process lands in the namespace."""
     _check_executable(argv[0], cwd, env)
+    if tmp is not None:
+        argv = ["sh", "-c", PRIVATE_TMP, str(tmp), *argv]
     unshare = _libc_unshare()
     started: list[subprocess.Popen[bytes]] = []
     failed: list[BaseException] = []

@@ -342,8 +342,10 @@ def test_pid_1_is_pid_1_with_a_proc_of_its_own_and_the_hosts_loopback(tmp_path: 
         "    up = urllib.request.urlopen(os.environ['VAST_URL'] + '/', timeout=10).status\n"
         "except urllib.error.HTTPError as answer:\n"
         "    up = answer.code\n"
+        "tmp = sorted(os.listdir('/tmp'))\n"
+        "open('/tmp/mine-' + os.environ['CONTAINER_ID'], 'w').close()\n"
         "json.dump({'pid': os.getpid(), 'seen': seen, 'self': int(stat[0]),"
-        " 'sid': os.getsid(0), 'reached': up}, open('me.tmp', 'w'))\n"
+        " 'sid': os.getsid(0), 'reached': up, 'tmp': tmp}, open('me.tmp', 'w'))\n"
         "os.rename('me.tmp', 'me.json')\n"
         "import time\n"
         "time.sleep(1000)\n"
@@ -364,6 +366,10 @@ def test_pid_1_is_pid_1_with_a_proc_of_its_own_and_the_hosts_loopback(tmp_path: 
         assert me["seen"] == [1]  # its /proc shows its own namespace only
         assert me["reached"] in (200, 404)  # the simulator on the host's loopback answered
         assert runner.host_pid(instance_id, 1) == runner.pid(instance_id) != 1
+        # its own /tmp, as a docker container's: empty at first, kept in its instance directory
+        assert me["tmp"] == []
+        assert (runner.private_tmp(instance_id) / f"mine-{instance_id}").exists()
+        assert not Path(f"/tmp/mine-{instance_id}").exists()
 
 
 def test_without_root_there_are_no_namespaces_and_the_runner_says_so() -> None:

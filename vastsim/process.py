@@ -103,7 +103,13 @@ SHIM = ("--mount-proc", "--propagation", "private", "--")
 # over the host's before the exec, so PID 1 is still the container's command. Without it, Ray
 # nodes of several containers share one session directory and race for its socket names (issue
 # 21's CI: one of three raylets started at once never registered, and its Ray exited)
-PRIVATE_TMP = 'mount --bind "$0" /tmp || echo "vastsim: no private /tmp" >&2; exec "$@"'
+# ($0 the container's /tmp; $1 the runner's directory below the host's /tmp, when it is there,
+# bound back in at its own path, so the container's workspace keeps its absolute path)
+PRIVATE_TMP = """p="$0"; keep="$1"; shift
+if [ -n "$keep" ]; then mkdir -p "$p$keep" && mount --bind "/tmp$keep" "$p$keep"; fi
+mount --rbind "$p" /tmp || echo "vastsim: no private /tmp" >&2
+exec "$@"
+"""
 
 log = logging.getLogger(__name__)
 
@@ -520,7 +526,7 @@ def _popen_contained(
     this process lands in the namespace."""
     _check_executable(argv[0], cwd, env)
     if tmp is not None:
-        argv = ["sh", "-c", PRIVATE_TMP, str(tmp), *argv]
+        argv = ["sh", "-c", PRIVATE_TMP, str(tmp), _below_tmp(cwd), *argv]
     unshare = _libc_unshare()
     started: list[subprocess.Popen[bytes]] = []
     failed: list[BaseException] = []
@@ -540,6 +546,16 @@ def _popen_contained(
     if failed:
         raise failed[0]
     return started[0]
+
+
+def _below_tmp(workspace: Path) -> str:
+    """The runner's directory (the workspace's grandparent) as a path below /tmp ("/a/b"), or ""
+    when it is not below /tmp."""
+    runner_dir = workspace.resolve().parent.parent
+    try:
+        return "/" + str(runner_dir.relative_to("/tmp"))  # noqa: S108 (the mount point)
+    except ValueError:
+        return ""
 
 
 def _check_executable(program: str, cwd: Path, env: Mapping[str, str]) -> None:

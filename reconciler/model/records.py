@@ -516,13 +516,20 @@ def vanished_at(record: InstanceRecord, now: float) -> float:
     return low + max(0.0, high - low) / 2
 
 
-def running_again(record: InstanceRecord, since: float) -> InstanceRecord:
-    """A listing shows it running since `since` (vast's uptime): a stopped stretch under way ends
-    then, and one that our start call ended is moved to then, unless a listing has shown it
-    running since that call (vast billed storage until the instance ran again)."""
+def running_again(record: InstanceRecord, since: float, now: float) -> InstanceRecord:
+    """A listing at `now` shows it running since `since` (vast's uptime): a stopped stretch under
+    way ends then, and one that our start call ended is moved to then, unless a listing has shown
+    it running since that call (vast billed storage until the instance ran again). Running since
+    before the stretch began is a stop of ours vast has not carried out yet (it lands seconds
+    after the call): the stretch stays open, from this listing on (the adversary's seed 7: each
+    stop closed at its own start, and a worker stopped and started 25 times was priced as if it
+    never stopped)."""
     last = record.stopped[-1] if record.stopped else None
     if last is None:
         return record
+    if last.end is None and since < last.start:
+        start = max(last.start, now)
+        return replace(record, stopped=(*record.stopped[:-1], Stretch(start)))
     if last.end is None:
         end = max(last.start, since)
     elif since > last.end and (record.provider_ok_at is None or record.provider_ok_at < last.end):

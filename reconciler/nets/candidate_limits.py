@@ -21,6 +21,12 @@ from reconciler.nets.reaper import Gate, refusal
 # whatever the case, so a create that failed fails at once instead of waiting out the pull limit.
 CREATE_FAILURE_MARKERS = ("OCI runtime create failed", "error response from daemon")
 
+# What vast's listing proves of a machine: it runs nothing, so a pin (work Ray or a person holds
+# on it) holds nothing there. The record is closed and its slot replaced; the destroy call that
+# goes with it is harmless (the adversary's seed 13: a pinned worker vast had ended stayed live
+# for half an hour, priced as running, while its demand went unserved).
+PROVEN = frozenset({"missing_from_listing", "exited"})
+
 
 def detect(
     records: Iterable[InstanceRecord],
@@ -35,13 +41,13 @@ def detect(
         spec = specs.get(record.cluster)
         if spec is None or record.intent is not Intent.RUNNING or record.vast_id is None:
             continue
-        if refusal(record, lineage=lineage, now=now, gate=Gate()) is not None:
+        if refusal(record, lineage=lineage, now=now, gate=Gate(respects_pin=False)) is not None:
             continue
         seen = listing.get(record.vast_id)
         finding = (
             _missing(record, seen, spec, now) if seen is None else _seen(record, seen, spec, now)
         )
-        if finding:
+        if finding and (finding[0] in PROVEN or not record.held(now)):
             found.append(Detection(record.id, finding[0], finding[1], record.vast_id))
     return found
 

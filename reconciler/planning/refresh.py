@@ -100,7 +100,7 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
         uptime = seen.uptime_mins
         since = now if uptime is None else min(now, max(record.created_at, now - uptime * 60))
         record = replace(
-            lit_again(running_again(record, since), now),
+            lit_again(running_again(record, since, now), now),
             provider_ok_at=now,
             first_running_at=first,
             ran_from=record.ran_from if record.ran_from is not None else since,

@@ -64,6 +64,11 @@ def ray_plan(
         f"--labels={labels}",
         "--disable-usage-stats",
     ]
+    if base_env.get("TMPDIR"):
+        # Ray's temp dir is the head's path unless a node names its own: a container told its
+        # own TMPDIR keeps Ray's sockets and logs there (two containers on one machine, as
+        # vastsim runs them, would otherwise share a session directory and race for its names)
+        argv.append(f"--temp-dir={os.path.join(base_env['TMPDIR'], 'ray')}")
     env = {k: v for k, v in base_env.items() if k not in HIDDEN_FROM_RAY}
     env.update({str(k): str(v) for k, v in ray["env"].items()})
     env["RAY_AUTH_MODE"] = str(ray.get("auth_mode", "token"))

@@ -56,10 +56,9 @@ from it; ours now does too. Where no cgroup can be made the container runs witho
 once); a container never fails for it.
 
 stdout and stderr go to `<workdir>/<instance id>/container.log` (served by request_logs); the
-container's working directory and `DATA_DIRECTORY` is `<workdir>/<instance id>/workspace`. With
-namespaces the container has its own /tmp, `<workdir>/<instance id>/tmp` bound over the host's in
-its mount namespace (`PRIVATE_TMP`), as a docker container has one: Ray nodes of two containers
-would otherwise share a session directory and race for its socket names.
+container's working directory and `DATA_DIRECTORY` is `<workdir>/<instance id>/workspace`. Its
+`TMPDIR` is a directory of its own (`tmpdir`), as a container has its own /tmp; the host's /tmp
+stays visible, as the host's filesystem is the image here.
 """
 
 from __future__ import annotations
@@ -76,6 +75,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -99,17 +99,6 @@ CLONE_NEWPID = 0x20000000
 # util-linux unshare(1) run as PID 1 of the new PID namespace: a private mount namespace with a
 # /proc of that PID namespace, then exec of the container's argv
 SHIM = ("--mount-proc", "--propagation", "private", "--")
-# then, in that mount namespace, the container's own /tmp (as a docker container has one) bound
-# over the host's before the exec, so PID 1 is still the container's command. Without it, Ray
-# nodes of several containers share one session directory and race for its socket names (issue
-# 21's CI: one of three raylets started at once never registered, and its Ray exited)
-# ($0 the container's /tmp; $1 the runner's directory below the host's /tmp, when it is there,
-# bound back in at its own path, so the container's workspace keeps its absolute path)
-PRIVATE_TMP = """p="$0"; keep="$1"; shift
-if [ -n "$keep" ]; then mkdir -p "$p$keep" && mount --bind "/tmp$keep" "$p$keep"; fi
-mount --rbind "$p" /tmp || echo "vastsim: no private /tmp" >&2
-exec "$@"
-"""
 
 log = logging.getLogger(__name__)
 
@@ -205,19 +194,23 @@ class ProcessRunner:
     def log_path(self, instance_id: int) -> Path:
         return self.instance_dir(instance_id) / "container.log"
 
-    def private_tmp(self, instance_id: int) -> Path:
-        """The container's own /tmp (kept with its disk across a stop, as a docker container's
-        writable layer is; Ray's logs of the container's node stay readable after it ends)."""
-        tmp = self.instance_dir(instance_id) / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        tmp.chmod(0o1777)
-        return tmp
+    def tmpdir(self, instance_id: int) -> Path:
+        """The container's own temporary directory (its `TMPDIR`), kept across a stop as its disk
+        is and removed with the instance. Short and below /tmp: Ray puts unix sockets in it,
+        whose paths may not pass 107 bytes."""
+        return Path(tempfile.gettempdir()) / f"vastsim-{self._token}-{instance_id}"
 
     def start(self, spec: ContainerSpec, now: float) -> None:
         workspace = self.workspace(spec.instance_id)
         workspace.mkdir(parents=True, exist_ok=True)
         env = {**self.base_env, "HOME": str(workspace), **spec.env}
         env["DATA_DIRECTORY"] = str(workspace)
+        # its own TMPDIR, as a container has its own /tmp: the agent starts Ray with its temp dir
+        # there, so Ray nodes of two containers never share a session directory and race for its
+        # socket names (issue 21's CI: one of three raylets started at once never registered)
+        tmp = self.tmpdir(spec.instance_id)
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        env["TMPDIR"] = str(tmp)
         # its network is the host's (no namespace of its own): the agent counts no interface
         env[HOST_NETWORK_ENV] = "1"
         marker = f"{self._token}.{spec.instance_id}.{spec.boot}"
@@ -232,8 +225,7 @@ class ProcessRunner:
             try:
                 with open(self.log_path(spec.instance_id), "ab") as out:
                     if self.contained:
-                        tmp = self.private_tmp(spec.instance_id)
-                        proc = _popen_contained(argv, workspace, env, out, procs, tmp=tmp)
+                        proc = _popen_contained(argv, workspace, env, out, procs)
                         namespace = _namespace(proc.pid)
                     else:
                         proc = _popen(argv, workspace, env, out, procs)
@@ -269,6 +261,7 @@ class ProcessRunner:
             _kill_marked(f"{self._token}.{instance_id}.")
             for group in groups:
                 self._remove_cgroup(group.cgroup)
+            shutil.rmtree(self.tmpdir(instance_id), ignore_errors=True)
 
     def signal(self, instance_id: int, sig: int, now: float) -> bool:
         """A signal to PID 1 only (the simulator filters which ones get here)."""
@@ -396,6 +389,8 @@ class ProcessRunner:
         with self._lock:
             for instance_id in set(self._live) | set(self._dying):
                 self.destroy(instance_id, 0.0)
+            for kept in Path(tempfile.gettempdir()).glob(f"vastsim-{self._token}-*"):
+                shutil.rmtree(kept, ignore_errors=True)  # stopped containers' own
             deadline = time.monotonic() + 5.0
             while self._cgroups_left and time.monotonic() < deadline:
                 self._cgroups_left = [c for c in self._cgroups_left if not _rmdir_cgroup(c)]
@@ -518,15 +513,10 @@ def _popen_contained(
     env: Mapping[str, str],
     out: IO[bytes] | int,
     procs: int | None = None,
-    *,
-    tmp: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """`_popen` as PID 1 of a new PID namespace (see the module docstring), with `tmp` bound
-    over its /tmp when given. The thread that unshares ends with the call, so no other child of
-    this process lands in the namespace."""
+    """`_popen` as PID 1 of a new PID namespace (see the module docstring). The thread that
+    unshares ends with the call, so no other child of this process lands in the namespace."""
     _check_executable(argv[0], cwd, env)
-    if tmp is not None:
-        argv = ["sh", "-c", PRIVATE_TMP, str(tmp), _below_tmp(cwd), *argv]
     unshare = _libc_unshare()
     started: list[subprocess.Popen[bytes]] = []
     failed: list[BaseException] = []
@@ -546,16 +536,6 @@ def _popen_contained(
     if failed:
         raise failed[0]
     return started[0]
-
-
-def _below_tmp(workspace: Path) -> str:
-    """The runner's directory (the workspace's grandparent) as a path below /tmp ("/a/b"), or ""
-    when it is not below /tmp."""
-    runner_dir = workspace.resolve().parent.parent
-    try:
-        return "/" + str(runner_dir.relative_to("/tmp"))  # noqa: S108 (the mount point)
-    except ValueError:
-        return ""
 
 
 def _check_executable(program: str, cwd: Path, env: Mapping[str, str]) -> None:

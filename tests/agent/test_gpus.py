@@ -118,6 +118,19 @@ def test_the_ray_start_argv_carries_the_counts_and_the_custom_resources() -> Non
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "0" and "RV_JOIN_TOKEN" not in plan.env
 
 
+def test_a_container_with_its_own_tmpdir_starts_ray_with_its_temp_dir_there() -> None:
+    """Ray's temp dir is the head's path unless the node names one: in vastsim's containers (one
+    machine, one /tmp) three raylets started at once shared a session directory and one never
+    registered. A container told its own TMPDIR keeps Ray there; without one (vast's usual
+    container, whose /tmp is its own) Ray decides, as before."""
+    own = raynode.ray_plan(
+        ["ray"], RAY, cpus=2, gpus=0, token_path="/t", base_env={"TMPDIR": "/tmp/c7"}
+    )
+    assert flags(own.argv)["--temp-dir"] == "/tmp/c7/ray"
+    plain = raynode.ray_plan(["ray"], RAY, cpus=2, gpus=0, token_path="/t", base_env={})
+    assert "--temp-dir" not in flags(plain.argv)
+
+
 # --- the head's answer -----------------------------------------------------------------------
 
 NODE_TYPES = """\

@@ -225,11 +225,29 @@ def _retire(draft: Draft, cluster: str, by_id: Mapping[int, Instance]) -> None:
             continue
         if record.vast_id is None:
             continue  # a pending create: adopted from the listing first, then retired
+        gone = _proven_gone(record, by_id, draft.now)
+        if gone is not None:  # not a prune: no guard holds it, nor a pin
+            draft.destroy(record, gone[0], f"cluster {cluster} is no longer declared; {gone[1]}")
+            continue
         why = pins.holding(record, draft.now)
         if why is not None:
             _hold(draft, record, why)
             continue
         draft.destroy(record, "removed_from_spec", f"cluster {cluster} is no longer declared")
+
+
+def _proven_gone(
+    record: InstanceRecord, by_id: Mapping[int, Instance], now: float
+) -> tuple[str, str] | None:
+    """What vast's listing proves of a removed cluster's machine, as the limits of a declared one
+    find it (`candidate_limits.PROVEN`): it runs nothing (missing for the window, or exited), so
+    its record is closed whatever a pin or the mass-destroy guard holds (the adversary's seed
+    186: a held worker that had destroyed itself stayed live to the end of the run, priced as
+    running, as no spec's limits looked at it)."""
+    seen = by_id.get(record.vast_id) if record.vast_id is not None else None
+    if seen is not None:
+        return ("exited", "vast lists it exited") if seen.actual_status == "exited" else None
+    return candidate_limits.missing_finding(record, lifecycle.DEFAULT_MISSING_SECONDS, now)
 
 
 def _hold(draft: Draft, record: InstanceRecord, why: str) -> None:

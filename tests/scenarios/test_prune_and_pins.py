@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.harness import START, Fleet, fleet
+from fleetsim.agents import ContainerFault, Span
 from reconciler.model.records import Records
 from reconciler.planning import teardown
 from reconciler.planning.pins import PinOrder
@@ -144,3 +145,26 @@ def test_down_ends_the_machines_a_prune_holds(tmp_path: Path) -> None:
         run(f, f.clock.now() + 2 * M)
         assert alive(f, "gone") == set()
         assert {ended_by(f)[v] for v in (s.busy, s.pinned)} == {"down"}
+
+
+def test_a_held_machine_of_a_removed_spec_that_vast_no_longer_lists_is_closed(
+    tmp_path: Path,
+) -> None:
+    """The adversary's seed 186: a worker Ray work held against the prune lost the head and
+    destroyed itself through vast, its report unheard. No spec's limits looked at a removed
+    cluster's records, and the pin (and the mass-destroy guard) held the prune: the record
+    stayed live to the end of the run, priced as running. vast's listing proves it runs
+    nothing; the record is closed, while the machines the pin and the work hold stay."""
+    with removed_with_work_and_a_pin(tmp_path) as s:
+        f = s.f
+        f.controller.allow_mass_destroy = False  # nobody said yes again: the guard holds
+        assert alive(f, "gone") == {s.busy, s.pinned}
+        f.faults[s.busy] = ContainerFault(head_unreachable=Span(f.clock.now()))
+        run(f, f.clock.now() + 15 * M)
+        gone = f.sim.instance(s.busy)
+        assert gone is None or gone.destroyed_at is not None, "it did not destroy itself"
+        records = f.controller.records().instances.values()
+        [record] = [r for r in records if r.vast_id == s.busy]
+        assert not record.live, (record.phase, record.intent)
+        assert ended_by(f)[s.busy] == "missing_from_listing"
+        assert alive(f, "gone") == {s.pinned}  # the pin still holds the other

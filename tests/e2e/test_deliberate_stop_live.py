@@ -196,8 +196,13 @@ def test_quiet_stop_keeps_the_disk_demand_resumes_it_longer_quiet_destroys_it(li
     assert len(entries(live, vast_id, "idle_destroy", "call")) == 1, story(live)
     assert len(entries(live, vast_id, "deliberate_stop")) == 2
     assert len(entries(live, vast_id, "stop_acknowledged")) == 2
-    deletes = [r for r in live.sim.requests if r.method == "DELETE" and str(vast_id) in r.path]
-    assert [d.identity for d in deletes] == ["account"]  # the head's destroy
+
+    def deleted() -> list[str]:  # the request log is written after the instance is gone
+        return [
+            r.identity for r in live.sim.requests if r.method == "DELETE" and str(vast_id) in r.path
+        ]
+
+    assert wait_for(deleted, 10) == ["account"]  # the head's destroy
     assert rentals(live) == rented
 
 

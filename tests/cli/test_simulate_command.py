@@ -123,11 +123,6 @@ def test_bad_input_says_what_is_wrong(tmp_path: Path) -> None:
     assert "Invalid" in err
 
 
-@pytest.mark.xfail(
-    reason="issue 21, open: cost runs 14% under vastsim's meter on this 2-hour run since the "
-    "stop handshake / canary changes (0.41 vs 0.47); not yet bisected",
-    strict=False,
-)
 def test_the_run_s_state_is_kept_for_ray_vast_cost(tmp_path: Path) -> None:
     folder = specs(tmp_path)
     kept = tmp_path / "run"

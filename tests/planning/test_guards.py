@@ -107,3 +107,19 @@ def test_a_lone_orphan_of_a_cluster_we_hold_nothing_of_is_swept() -> None:
 
     assert mass_destroys(sweep(1), Records()) == []
     assert mass_destroys(sweep(2), Records()) == ["c1: 2 of 2 instances"]
+
+
+def test_an_orphan_swept_beside_a_worker_is_half_the_cluster_and_goes_ahead() -> None:
+    """The orphan is a machine beside the live records, not one of them: swept next to the one
+    worker it is half of the cluster (the guard took "1 of 1" for all of it, held every such
+    sweep, and the orphan billed on: a simulated 2-hour run priced 14% under vast's meter)."""
+    kept = worker("i1", 11, cluster="c1")
+    state = records(kept)
+    orphan = Action(ActionKind.DESTROY, "c1", "orphan", "no record", vast_id=20)
+    swept = Plan(NOW, LINEAGE, 1, "", (orphan,), (), records=state)
+    assert mass_destroys(swept, state) == []
+    assert hold_mass_destroys(swept, state)[0].actions == (orphan,)
+    # with the worker scaled down in the same plan, it is all of it: held
+    down = Action(ActionKind.DESTROY, "c1", "scale_down", "over max", record="i1", vast_id=11)
+    both = Plan(NOW, LINEAGE, 1, "", (orphan, down), (), records=state)
+    assert mass_destroys(both, state) == ["c1: 2 of 2 instances"]

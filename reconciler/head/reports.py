@@ -23,7 +23,7 @@ from dataclasses import replace
 from reconciler.head import decisions as dec
 from reconciler.head import tokens
 from reconciler.head.messages import Report
-from reconciler.model.records import InstanceRecord, Intent, Records, Role
+from reconciler.model.records import InstanceRecord, Intent, Records, Role, stop_heard
 from reconciler.state.ledger import LedgerKind
 
 LEDGER_CLASS = "worker_report"
@@ -85,7 +85,7 @@ def report(
             instance=message.instance_id,
             data={**data, "deliberate_stop": True},
         )
-        stopped = replace(record, stopped_deliberately_at=now)
+        stopped = replace(stop_heard(record, now), stopped_deliberately_at=now)
         return dec.Decision(dec.put(records, stopped), (kept,), (), None, True)
     note = dec.Note(
         LedgerKind.DETECTION,

@@ -129,7 +129,10 @@ def test_a_worker_stopped_and_started_again_is_priced_as_vast_bills_it() -> None
         [record] = f.controller.records().instances.values()
         [stretch] = record.stopped
         assert stretch.end is not None and billed.end is not None
-        assert abs(stretch.start - billed.start) <= 10 and abs(stretch.end - billed.end) <= 10
+        # it begins at the TERM the agent reported (vast billed the GPU until its stop landed,
+        # 15 s after the call: seeds 21 and 88 priced 3 s a cycle short), and ends within a
+        # listing of vast's start
+        assert abs(stretch.start - billed.start) <= 1 and abs(stretch.end - billed.end) <= 10
         priced, metered = _priced_and_metered(f, vast_id)
         assert priced == pytest.approx(metered, rel=0.01), (priced, metered)
 

@@ -33,7 +33,6 @@ def test_a_fixed_budget_of_seeds_breaks_no_safety_invariant(outcomes: list[Outco
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="issue 21: cost against the meter, counterexamples open", strict=False)
 def test_a_fixed_budget_of_seeds_prices_the_bill_within_one_percent(
     outcomes: list[Outcome],
 ) -> None:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleetsim.harness import START
-from reconciler.model import cost, rayversions
+from reconciler.model import cost
 from reconciler.model.records import InstanceRecord, Intent, Records, Role, parse_label
 from reconciler.state.ledger import read_ledger
 
@@ -210,7 +210,7 @@ class Judge:
         for name, spec in self.fleet.controller.specs.items():
             for nt in spec.node_types.values():
                 digests = story.digests.setdefault((name, nt.name), [])
-                digest = rayversions.fingerprint(nt.image, nt.env)
+                digest = nt.ray_fingerprint
                 if not digests or digests[-1][1] != digest:
                     if digests:
                         story.changes.setdefault((name, nt.name), []).append(changed)

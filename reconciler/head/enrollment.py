@@ -373,9 +373,7 @@ def _version_mismatch(
     assert request.runtime is not None
     node_type = spec.node_types.get(record.node_type) if spec is not None else None
     image = slot_request.image or (node_type.image if node_type else None) or "of unknown name"
-    fingerprint = slot_request.fingerprint or (
-        rayversions.fingerprint(node_type.image, node_type.env) if node_type else ""
-    )
+    fingerprint = slot_request.fingerprint or (node_type.ray_fingerprint if node_type else "")
     reason = f"image {image} has {request.runtime.says()}, the head runs {head.says()}"
     message = f"{reason}: {why}"
     key = breaker_key(record.cluster, record.node_type)

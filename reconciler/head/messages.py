@@ -11,13 +11,14 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from jsonschema import Draft202012Validator, validators
 
+from reconciler.head import fastcheck
 from reconciler.model.rayversions import RayVersions
 
 PROTOCOL = 1
@@ -63,7 +64,7 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError("a number that is not finite")
-        return value
+        return float(value)  # a plain float, not the parser's `fastcheck.Real`
     if isinstance(value, list):
         return [_clean(v) for v in value]
     if isinstance(value, dict):
@@ -93,6 +94,11 @@ def validator(name: str) -> Draft202012Validator:
     return _Validator(schema(name))  # type: ignore[no-any-return]
 
 
+@functools.cache
+def _fast(name: str) -> Callable[[Any], Any]:
+    return fastcheck.compiled(schema(name))
+
+
 def parse(name: str, body: bytes) -> dict[str, Any]:
     """The JSON object in `body`, checked against schema `name`; `BadMessage` says what is wrong.
 
@@ -103,9 +109,12 @@ def parse(name: str, body: bytes) -> dict[str, Any]:
     records). Lone surrogates in strings are replaced (U+FFFD), not refused: a worker's report
     may quote output that had them, and it is the only record of why the worker ended."""
     try:
-        doc = _clean(json.loads(body, parse_constant=_no_constant))
+        raw = json.loads(body, parse_constant=_no_constant, parse_float=fastcheck.Real)
+        doc = _clean(raw)
     except (UnicodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise BadMessage(f"not JSON: {str(exc)[:200]}") from exc
+    if isinstance(doc, dict) and fastcheck.passes(_fast(name), raw):
+        return doc
     try:
         errors = sorted(validator(name).iter_errors(doc), key=lambda e: list(e.absolute_path))
     except RecursionError as exc:

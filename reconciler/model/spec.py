@@ -12,7 +12,10 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
+
+from reconciler.model import rayversions
 
 FilterValue = float | int | str | bool | None | tuple[float | int | str | bool, ...]
 OfferFilters = Mapping[str, Mapping[str, FilterValue]]
@@ -96,7 +99,13 @@ class NodeType:
     idle_stop_after_seconds: int | None = None
     idle_destroy_after_seconds: int | None = None
 
-    @property
+    @cached_property
+    def ray_fingerprint(self) -> str:
+        """`rayversions.fingerprint` of this node type's image and env (kept: it is asked on
+        every heartbeat and scan, and the spec never changes under it)."""
+        return rayversions.fingerprint(self.image, self.env)
+
+    @cached_property
     def digest(self) -> str:
         """The configuration a rental runs: image, env, disk and offer filters, hashed (the env
         may hold a user's secrets, which the records must not). The breaker's count and the

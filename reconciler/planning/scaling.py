@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from reconciler.model import rayversions, stopping
+from reconciler.model import stopping
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
@@ -327,7 +327,7 @@ def _halted(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> bool:
     halt = state.halt
     if halt is None:
         return False
-    now = rayversions.fingerprint(node_type.image, node_type.env)
+    now = node_type.ray_fingerprint
     if halt.fingerprint != now:
         draft.set_breaker(spec.name, node_type.name, replace(state, halt=None))
         changed = "image" if halt.image != node_type.image else "env"
@@ -377,7 +377,7 @@ def halted(records: Records, spec: ClusterSpec, node_type: NodeType) -> bool:
     state = records.breakers.get(breaker_key(spec.name, node_type.name))
     if state is None:
         return False
-    return state.halted(rayversions.fingerprint(node_type.image, node_type.env))
+    return state.halted(node_type.ray_fingerprint)
 
 
 def capacity(
@@ -409,7 +409,7 @@ def _place(draft: Draft, spec: ClusterSpec, node_type: NodeType, slots: int) -> 
         provision_deadline=draft.now + spec.watchdogs.provision_deadline_seconds,
         slots=tuple(Slot(f"{ident}s{i}") for i in range(1, slots + 1)),
         image=node_type.image,
-        fingerprint=rayversions.fingerprint(node_type.image, node_type.env),
+        fingerprint=node_type.ray_fingerprint,
         digest=node_type.digest,
     )
     draft.requests[ident] = request

@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.model import rayversions
 from reconciler.model.observed import Instance
 from reconciler.model.records import Alert, BreakerState, InstanceRecord, Records, parse_label
 from reconciler.model.spec import ClusterSpec
@@ -225,7 +224,7 @@ def _halted(node_type: str, state: BreakerState, spec: ClusterSpec | None) -> bo
     declared = spec.node_types.get(node_type) if spec else None
     if declared is None:
         return True
-    return state.halted(rayversions.fingerprint(declared.image, declared.env))
+    return state.halted(declared.ray_fingerprint)
 
 
 def _foreign(instance: Instance) -> dict[str, Any]:

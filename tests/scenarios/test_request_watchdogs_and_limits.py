@@ -4,7 +4,9 @@
    a candidate that had pulled for minutes and counted its slot toward the breaker, and three
    flaps paused a healthy node type. Seed 2: "the last four cannot touch one at all".
 8. Docker's "Error response from daemon" was matched case-sensitively, so a bad image tag waited
-   out the pull limit instead of failing at once with blocklist `network`.
+   out the pull limit instead of failing at once with blocklist `network`; and the provisioning
+   deadline gave no grace: a candidate first seen 55 s before its request's deadline was
+   destroyed and its host blocklisted for a day.
 """
 
 from __future__ import annotations
@@ -62,3 +64,32 @@ def test_a_bad_image_tag_fails_at_once_and_blocklists_the_host_for_network() -> 
         assert "Error response from daemon" in failed[0]["message"]
         entries = f.controller.records().blocklist["typo"]
         assert {e.reason for e in entries.values()} == {"network"}
+
+
+def test_a_candidate_rented_just_before_its_request_s_deadline_is_spared_and_joins() -> None:
+    """The market holds nothing that fits for the first 190 s of a request with the 300 s floor
+    deadline; the candidate rented at the next reconcile (240 s) is first listed at the deadline
+    and pulls a big image past it. It keeps its own limits (the pull limit), joins, and its host
+    is not blocklisted (before: destroyed at the deadline as `provision_deadline`, its host
+    blocked for a day, and a second candidate rented)."""
+    spec = cluster(
+        "grace",
+        min_workers=0,
+        max_workers=1,
+        factor=1,
+        image=BIG,
+        watchdogs={"provision_deadline_seconds": 300},
+    )
+    with fleet(spec) as f:
+        f.controller.signals = Signals(f.clock, demand_at=lambda now: {("grace", "gpu"): 1})  # type: ignore[arg-type]
+        machines = list(f.sim.market.machines)
+        for machine in machines:
+            f.sim.faults.take_gpus(machine)
+        run(f, START + 190)
+        assert not rented(f, "grace")  # nothing to rent yet: the request waits
+        for machine in machines:
+            f.sim.faults.free_gpus(machine)
+        run(f, START + 30 * M)
+        assert len(rented(f, "grace")) == 1, ended_by(f)
+        assert set(rented(f, "grace")) == workers(f, "grace"), ended_by(f)
+        assert not f.controller.records().blocklist.get("grace")

@@ -379,7 +379,10 @@ class Controller:
         jobs = schedule.due(now)
         if name not in self.specs:
             return jobs
-        if self._listing_due(name, now) and "reconcile" not in jobs:
+        # The orphan sweep runs on a reconcile's listing: when it is due, so is the listing (a
+        # sweep left waiting for the reconcile kept `next_wakeup` at 0: a tick every 50 ms).
+        listing = self._listing_due(name, now) or "orphan_sweep" in jobs
+        if listing and "reconcile" not in jobs:
             jobs.append("reconcile")
         for job, at in self._net_deadlines(name).items():
             if at <= now and job not in jobs:

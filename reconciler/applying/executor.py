@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from reconciler.applying.books import Books
 from reconciler.applying.launch import Launcher
 from reconciler.applying.provider import Provider
 from reconciler.applying.search import offer_search
+from reconciler.model.evolve import evolve
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, OfferChoice, Plan
 from reconciler.model.records import (
@@ -479,7 +480,7 @@ class Executor:
         """Set these fields of the record as it is now (the head may have changed others since
         this executor last looked), and save, in one hold of the lock."""
         with self.journal.lock:
-            record = replace(self.records.instances[record_id], **fields)  # type: ignore[arg-type]
+            record = evolve(self.records.instances[record_id], **fields)
             self.journal.update(lambda records: _put(records, record))
             return record
 
@@ -525,7 +526,7 @@ def _who(action: Action) -> str:
 
 
 def _put(records: Records, record: InstanceRecord) -> Records:
-    return replace(records, instances={**records.instances, record.id: record})
+    return evolve(records, instances={**records.instances, record.id: record})
 
 
 def _bid(offer_type: str, max_bid: float | None, choice: OfferChoice) -> float | None:

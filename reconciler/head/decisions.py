@@ -11,9 +11,10 @@ the effects as data is what lets a test check
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from reconciler.model.evolve import evolve
 from reconciler.model.plan import Action, ActionKind
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records
 from reconciler.state.ledger import LedgerKind
@@ -56,12 +57,12 @@ class Decision(Generic[T]):
 def put(records: Records, record: InstanceRecord) -> Records:
     instances = dict(records.instances)
     instances[record.id] = record
-    return replace(records, instances=instances)
+    return evolve(records, instances=instances)
 
 
 def doomed(record: InstanceRecord, reason: str, now: float) -> InstanceRecord:
     """The record as it is saved before its destroy call: intent destroyed, phase destroying."""
-    return replace(
+    return evolve(
         record,
         intent=Intent.DESTROYED,
         phase=Phase.DESTROYING,
@@ -90,7 +91,7 @@ def destroy(record: InstanceRecord, cls: str, detail: str) -> Action:
 def revoke(records: Records, serial: int) -> Records:
     if serial in records.revoked_certs:
         return records
-    return replace(records, revoked_certs=(*records.revoked_certs, serial))
+    return evolve(records, revoked_certs=(*records.revoked_certs, serial))
 
 
 def ours(record: InstanceRecord | None, *, cluster: str, lineage: str) -> bool:

@@ -16,12 +16,13 @@ and call vast's stop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from reconciler.head import decisions as dec
 from reconciler.head.messages import Heartbeat
 from reconciler.head.pki import WorkerIdentity
 from reconciler.model import stopping
+from reconciler.model.evolve import evolve
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
 from reconciler.state.ledger import LedgerKind
 
@@ -56,9 +57,9 @@ def heartbeat(
     if problem is not None or record is None:
         error, why = problem or ("unknown_worker", "no such worker")
         refused = _refuse(records, identity, beat, error, why)
-        return replace(refused, records=dec.revoke(records, identity.serial))
+        return evolve(refused, records=dec.revoke(records, identity.serial))
     serving = record.phase is Phase.ENROLLED and beat.ray.state == "running"
-    updated = replace(
+    updated = evolve(
         record,
         self_report_at=now,
         phase=Phase.SERVING if serving else record.phase,

@@ -49,27 +49,38 @@ def _no_constant(name: str) -> Any:
 INT_LIMIT = 2**63
 
 
-def _clean(value: Any) -> Any:
-    """A parsed document made safe to hash, ledger and convert (see `parse`)."""
-    if isinstance(value, str):
-        if _surrogates(value):  # each lone surrogate becomes U+FFFD
+def _clean(value: Any, strings: bool = True) -> Any:
+    """A parsed document made safe to hash, ledger and convert (see `parse`). `strings`: whether
+    a string may hold a lone surrogate at all (see `_may_hold_surrogates`). Dispatched on the
+    exact type, in the order a heartbeat holds them (most of a message is keys and numbers)."""
+    kind = type(value)
+    if kind is str:
+        if strings and _surrogates(value):  # each lone surrogate becomes U+FFFD
             return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         return value
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
+    if kind is dict:
+        return {_clean(k, strings): _clean(v, strings) for k, v in value.items()}
+    if kind is int:
         if not -INT_LIMIT < value < INT_LIMIT:
             raise ValueError("a number past 64 bits")
+        return value
+    if kind is list:
+        return [_clean(v, strings) for v in value]
+    if kind is bool or value is None:
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError("a number that is not finite")
         return float(value)  # a plain float, not the parser's `fastcheck.Real`
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items()}
     return value
+
+
+def _may_hold_surrogates(body: bytes) -> bool:
+    """Whether a string parsed from `body` can hold a lone surrogate. Not when `body` is ASCII
+    with no NUL (so `json.loads` reads it as UTF-8, not UTF-16 or UTF-32, and no raw surrogate
+    can be in it: it decodes with "surrogatepass") and has no `\\u` escape: then no string
+    needs the per-string check."""
+    return not (body.isascii() and b"\x00" not in body and b"\\u" not in body)
 
 
 def _surrogates(text: str) -> bool:
@@ -110,7 +121,7 @@ def parse(name: str, body: bytes) -> dict[str, Any]:
     may quote output that had them, and it is the only record of why the worker ended."""
     try:
         raw = json.loads(body, parse_constant=_no_constant, parse_float=fastcheck.Real)
-        doc = _clean(raw)
+        doc = _clean(raw, _may_hold_surrogates(body))
     except (UnicodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise BadMessage(f"not JSON: {str(exc)[:200]}") from exc
     if isinstance(doc, dict) and fastcheck.passes(_fast(name), raw):

@@ -1,15 +1,18 @@
 """The recorded state: one record per thing the reconciler answers for (DESIGN.md section 3).
 
-Records are immutable; a decision produces new records with `dataclasses.replace`. Every record
-that can be acted on carries `managed_by` (the lineage of the state that made it) and `intent`,
+Records are immutable; a decision produces new records with `dataclasses.replace` (or `evolve`,
+which builds the same at a fraction of the cost: `model/evolve.py`). Every record that can be
+acted on carries `managed_by` (the lineage of the state that made it) and `intent`,
 because a row that reads a machine's state must also read whether we answer for that state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
+
+from reconciler.model.evolve import evolve
 
 
 class Intent(StrEnum):
@@ -453,7 +456,7 @@ def went_quiet(record: InstanceRecord, now: float) -> InstanceRecord:
     """The idle scanner armed the money chain's timers: a quiet stretch begins."""
     if open_since(record.quiet) is not None:
         return record
-    return replace(record, quiet=(*record.quiet, Stretch(now)))
+    return evolve(record, quiet=(*record.quiet, Stretch(now)))
 
 
 def traffic_again(record: InstanceRecord, now: float) -> InstanceRecord:
@@ -467,14 +470,14 @@ def traffic_again(record: InstanceRecord, now: float) -> InstanceRecord:
     while len(quiet) > QUIET_KEPT:
         oldest, quiet = quiet[0], quiet[1:]
         folded += (oldest.end if oldest.end is not None else oldest.start) - oldest.start
-    return replace(record, quiet=quiet, quiet_folded=folded)
+    return evolve(record, quiet=quiet, quiet_folded=folded)
 
 
 def stopped_from(record: InstanceRecord, now: float) -> InstanceRecord:
     """vast bills only its storage from `now` (our stop call, or a listing showing it stopped)."""
     if open_since(record.stopped) is not None:
         return record
-    return replace(record, stopped=(*record.stopped, Stretch(now)))
+    return evolve(record, stopped=(*record.stopped, Stretch(now)))
 
 
 def stop_heard(record: InstanceRecord, at: float) -> InstanceRecord:
@@ -485,7 +488,7 @@ def stop_heard(record: InstanceRecord, at: float) -> InstanceRecord:
     since = open_since(record.stopped)
     if since is None or since >= at:
         return record
-    return replace(record, stopped=(*record.stopped[:-1], Stretch(at)))
+    return evolve(record, stopped=(*record.stopped[:-1], Stretch(at)))
 
 
 def dark_from(record: InstanceRecord, since: float) -> InstanceRecord:
@@ -493,7 +496,7 @@ def dark_from(record: InstanceRecord, since: float) -> InstanceRecord:
     storage alone from `since` (the last listing that showed it running)."""
     if open_since(record.dark) is not None or open_since(record.stopped) is not None:
         return record
-    return replace(record, dark=(*record.dark, Stretch(since)))
+    return evolve(record, dark=(*record.dark, Stretch(since)))
 
 
 def lit_again(record: InstanceRecord, now: float) -> InstanceRecord:
@@ -501,7 +504,7 @@ def lit_again(record: InstanceRecord, now: float) -> InstanceRecord:
     since = open_since(record.dark)
     if since is None:
         return record
-    return replace(record, dark=(*record.dark[:-1], Stretch(since, max(since, now))))
+    return evolve(record, dark=(*record.dark[:-1], Stretch(since, max(since, now))))
 
 
 def started_from(record: InstanceRecord, now: float) -> InstanceRecord:
@@ -509,7 +512,7 @@ def started_from(record: InstanceRecord, now: float) -> InstanceRecord:
     since = open_since(record.stopped)
     if since is None:
         return record
-    return replace(record, stopped=(*record.stopped[:-1], Stretch(since, max(since, now))))
+    return evolve(record, stopped=(*record.stopped[:-1], Stretch(since, max(since, now))))
 
 
 def vanished_at(record: InstanceRecord, now: float) -> float:
@@ -540,11 +543,11 @@ def running_again(record: InstanceRecord, since: float, now: float) -> InstanceR
         return record
     if last.end is None and since < last.start:
         start = max(last.start, now)
-        return replace(record, stopped=(*record.stopped[:-1], Stretch(start)))
+        return evolve(record, stopped=(*record.stopped[:-1], Stretch(start)))
     if last.end is None:
         end = max(last.start, since)
     elif since > last.end and (record.provider_ok_at is None or record.provider_ok_at < last.end):
         end = since
     else:
         return record
-    return replace(record, stopped=(*record.stopped[:-1], Stretch(last.start, end)))
+    return evolve(record, stopped=(*record.stopped[:-1], Stretch(last.start, end)))

@@ -30,8 +30,7 @@ stopped at once, as before.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+from reconciler.model.evolve import evolve
 from reconciler.model.records import InstanceRecord, Intent, Phase, Role
 
 PENDING = "pending"  # the heartbeat answer's "stop" while a stop is under way
@@ -55,7 +54,7 @@ def handshakes(record: InstanceRecord) -> bool:
 
 def asked(record: InstanceRecord, now: float) -> InstanceRecord:
     """The record once the head asked for the stop: intent stopped (before any call)."""
-    return replace(
+    return evolve(
         record,
         intent=Intent.STOPPED,
         stop_asked_at=now,
@@ -118,7 +117,7 @@ def cancelled(record: InstanceRecord, now: float) -> InstanceRecord:
     told. Anything else is returned as it is."""
     if not in_handshake(record):
         return record
-    return replace(
+    return evolve(
         record,
         intent=Intent.RUNNING,
         stop_asked_at=None,
@@ -131,7 +130,7 @@ def cancelled(record: InstanceRecord, now: float) -> InstanceRecord:
 
 def resumed(record: InstanceRecord) -> InstanceRecord:
     """The handshake's marks once the stopped worker is started again."""
-    return replace(record, stop_asked_at=None, stop_acked_at=None, stop_cancelled_at=None)
+    return evolve(record, stop_asked_at=None, stop_acked_at=None, stop_cancelled_at=None)
 
 
 def answer(record: InstanceRecord) -> str | None:
@@ -149,7 +148,7 @@ def heard(record: InstanceRecord, ack: bool, now: float) -> InstanceRecord:
     heartbeat without one after a cancel closes it (the agent no longer waits for a stop, or
     never heard of it)."""
     if ack and in_handshake(record) and record.stop_acked_at is None:
-        return replace(record, stop_acked_at=now)
+        return evolve(record, stop_acked_at=now)
     if not ack and record.stop_cancelled_at is not None and record.intent is Intent.RUNNING:
-        return replace(record, stop_cancelled_at=None)
+        return evolve(record, stop_cancelled_at=None)
     return record

@@ -35,8 +35,20 @@ def next_listing(
     """The earliest deadline of `spec`'s cluster strictly later than `after` (the last listing),
     or None when no record holds one. A deadline at or before `after` was already looked at by
     that listing; it is not asked for again (a refusal would otherwise list in a loop)."""
-    times = [t for t in _deadlines(instances, requests, spec) if t > after]
-    return min(times) if times else None
+    return first_after(listing_deadlines(instances, requests, spec), after)
+
+
+def first_after(times: Iterable[float], after: float) -> float | None:
+    """The earliest of `times` strictly later than `after`, or None."""
+    later = [t for t in times if t > after]
+    return min(later) if later else None
+
+
+def listing_deadlines(
+    instances: Iterable[InstanceRecord], requests: Iterable[Request], spec: ClusterSpec
+) -> tuple[float, ...]:
+    """Every deadline of `spec`'s cluster that a listing checks, whatever the last listing."""
+    return tuple(_deadlines(instances, requests, spec))
 
 
 def _deadlines(

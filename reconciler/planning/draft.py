@@ -8,8 +8,9 @@ Nothing outside `planning` ever sees it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from reconciler.model.evolve import evolve
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
     Alert,
@@ -149,12 +150,12 @@ class Draft:
         self.breakers[breaker_key(cluster, node_type)] = state
 
     def update(self, record: InstanceRecord, **changes: object) -> InstanceRecord:
-        updated = replace(record, **changes)  # type: ignore[arg-type]
+        updated = evolve(record, **changes)
         self.instances[record.id] = updated
         return updated
 
     def finish(self) -> Records:
-        return replace(
+        return evolve(
             self.records,
             instances=dict(self.instances),
             requests=dict(self.requests),

@@ -8,9 +8,8 @@ decision is left to the checks that read the refreshed records.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from reconciler.model import stopping
+from reconciler.model.evolve import evolve
 from reconciler.model.observed import Instance
 from reconciler.model.records import (
     InstanceRecord,
@@ -48,7 +47,7 @@ def refresh(
         if seen is not None:
             updated[current.id] = observe(current, seen, now)
         elif current.vast_id is not None and current.missing_since is None:
-            updated[current.id] = replace(current, missing_since=now)
+            updated[current.id] = evolve(current, missing_since=now)
         else:
             updated[current.id] = current
     requests = dict(records.requests)
@@ -57,7 +56,7 @@ def refresh(
             updated[record.id], requests[record.request_id] = _fill_slot(
                 record, requests[record.request_id]
             )
-    return replace(records, instances=updated, requests=requests), notes
+    return evolve(records, instances=updated, requests=requests), notes
 
 
 def _fill_slot(record: InstanceRecord, request: Request) -> tuple[InstanceRecord, Request]:
@@ -67,8 +66,8 @@ def _fill_slot(record: InstanceRecord, request: Request) -> tuple[InstanceRecord
     if not free:
         return record, request
     slot = free[0]
-    slots = tuple(replace(s, worker=record.id) if s.id == slot.id else s for s in request.slots)
-    return replace(record, slot_id=slot.id), replace(request, slots=slots)
+    slots = tuple(evolve(s, worker=record.id) if s.id == slot.id else s for s in request.slots)
+    return evolve(record, slot_id=slot.id), evolve(request, slots=slots)
 
 
 def _adopt(record: InstanceRecord, seen: Instance | None, notes: list[str]) -> InstanceRecord:
@@ -77,7 +76,7 @@ def _adopt(record: InstanceRecord, seen: Instance | None, notes: list[str]) -> I
     notes.append(
         f"adopted instance {seen.id} for pending create {record.id} (label {record.label})"
     )
-    return replace(record, vast_id=seen.id, phase=Phase.RENTING)
+    return evolve(record, vast_id=seen.id, phase=Phase.RENTING)
 
 
 # Statuses of an instance vast lists but does not run, with no stop of ours: it bills storage.
@@ -87,7 +86,7 @@ DARK = frozenset({"unknown", "offline", "exited", "frozen"})
 def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecord:
     """One record seen in the listing at `now`."""
     status = seen.actual_status
-    record = replace(
+    record = evolve(
         record,
         provider_seen_at=now,
         missing_since=None,
@@ -99,7 +98,7 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
         first = record.first_running_at or now
         uptime = seen.uptime_mins
         since = now if uptime is None else min(now, max(record.created_at, now - uptime * 60))
-        record = replace(
+        record = evolve(
             lit_again(running_again(record, since, now), now),
             provider_ok_at=now,
             first_running_at=first,
@@ -110,10 +109,10 @@ def observe(record: InstanceRecord, seen: Instance, now: float) -> InstanceRecor
     elif status in DARK and record.provider_ok_at is not None:
         record = dark_from(record, record.provider_ok_at)  # vast bills its storage alone
     if record.phase is Phase.STOPPED and record.intent is Intent.STOPPED:
-        record = replace(record, call_attempts=0, retry_at=None)  # vast confirmed the stop
+        record = evolve(record, call_attempts=0, retry_at=None)  # vast confirmed the stop
     if record.exempt and status == "running" and record.role is Role.CANDIDATE:
         # A node type without an agent never enrolls: running is as far as it can tell us.
-        record = replace(record, role=Role.WORKER, enrolled_at=now, public_ip=seen.public_ipaddr)
+        record = evolve(record, role=Role.WORKER, enrolled_at=now, public_ip=seen.public_ipaddr)
     return record
 
 

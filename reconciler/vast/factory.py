@@ -7,6 +7,7 @@ is the key, and its absence is an error that names the variable.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 
 import httpx
@@ -28,8 +29,10 @@ def client_from_settings(
     clock: clock_mod.Clock,
     transport: httpx.BaseTransport | None = None,
     settings: config.ClientSettings | None = None,
+    rng: random.Random | None = None,
 ) -> client_mod.VastClient:
-    """Build a client from the environment the CLI hands down; `transport` is for tests."""
+    """Build a client from the environment the CLI hands down; `transport` is for tests, `rng`
+    (the retries' jitter) for a simulation that must replay exactly."""
     api_key = env.get(KEY_VARIABLE, "").strip()
     if not api_key:
         raise errors.VastConfigError(
@@ -52,6 +55,7 @@ def client_from_settings(
             clock=clock,
             settings=settings,
             owns_http=True,
+            rng=rng,
         )
     except BaseException:
         http.close()

@@ -105,6 +105,39 @@ def offer(row: Row) -> observed.Offer:
     )
 
 
+# The columns of an instance row that `instance` reads: the listing asks vast for these alone
+# (`select_cols`). A full row also carries the container's `onstart`, `image_args` and
+# `extra_env` (for ray-vast's containers, the 10 KB agent bootloader each): with 25 rows a
+# page, most of every listing's bytes were text nobody reads.
+INSTANCE_COLUMNS = (
+    "id",
+    "label",
+    "actual_status",
+    "intended_status",
+    "cur_state",
+    "next_state",
+    "status_msg",
+    "public_ipaddr",
+    "ports",
+    "machine_id",
+    "host_id",
+    "dph_total",
+    "dph_base",
+    "storage_cost",
+    "disk_space",
+    "start_date",
+    "uptime_mins",
+    "image_uuid",
+    "num_gpus",
+    "gpu_name",
+    "cpu_cores_effective",
+    "ssh_host",
+    "ssh_port",
+    "is_bid",
+    "min_bid",
+)
+
+
 def instance(row: Row) -> observed.Instance:
     return observed.Instance(
         id=_required_int(row, "id"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from reconciler.model import observed
+from reconciler.vast.parse import INSTANCE_COLUMNS
 
 # ray-vast always rents the cheapest acceptable offer first; the order is not configurable.
 SEARCH_ORDER = (("dph_total", "asc"),)
@@ -52,11 +53,14 @@ def create_body(request: observed.CreateRequest) -> dict[str, object]:
 
 
 def list_params(*, after_token: str | None, page_size: int) -> dict[str, str]:
-    """Query of one page of `GET /api/v1/instances/`; values JSON-encoded, as the CLI sends them."""
+    """Query of one page of `GET /api/v1/instances/`; values JSON-encoded, as the CLI sends them.
+    Only the columns the parser reads are asked for (`select_cols`, as the CLI's table view asks;
+    vast answers a column it does not know with null, which the parser takes as absent)."""
     params = {
         "select_filters": json.dumps({}),
         "order_by": json.dumps(list(LIST_ORDER)),
         "limit": str(page_size),
+        "select_cols": json.dumps(list(INSTANCE_COLUMNS)),
     }
     if after_token:
         params["after_token"] = after_token

@@ -47,6 +47,7 @@ from reconciler.nets.detection import Detection
 from reconciler.planning import deadlines, guards, retention, revocation, scaling
 from reconciler.planning.react import react
 from reconciler.state.ledger import LedgerKind
+from reconciler.watch.agenda import DeadlineReadings, Reading
 from reconciler.watch.schedule import Schedule
 
 log = logging.getLogger("ray_vast")
@@ -213,6 +214,7 @@ class Controller:
     # A stop was asked for (the first SIGINT/SIGTERM): a plan stops after the call in flight.
     stop_requested: Callable[[], bool] = lambda: False
     applier: Applier = field(init=False)
+    _readings: DeadlineReadings = field(default_factory=DeadlineReadings)
 
     def __post_init__(self) -> None:
         self.applier = Applier(
@@ -566,12 +568,8 @@ class Controller:
         spec = self.specs.get(name)
         if spec is None:
             return waits
-        records = self.journal.records()
-        at = deadlines.next_listing(
-            records.instances.values(),
-            records.requests.values(),
-            spec,
-            after=self.listed_at.get(name, float("-inf")),
+        at = deadlines.first_after(
+            self._reading(name).listing, self.listed_at.get(name, float("-inf"))
         )
         if name in self._wake:
             at = now
@@ -585,7 +583,7 @@ class Controller:
         schedule = self.schedules.get(name)
         if schedule is None:
             return {}
-        found = deadlines.net_deadlines(self.journal.records().instances.values(), self.specs[name])
+        found = self._reading(name).nets
         return {
             job: at
             for job, at in found.items()
@@ -602,14 +600,14 @@ class Controller:
             return False
         if name in self._wake:
             return True
-        records = self.journal.records()
-        at = deadlines.next_listing(
-            records.instances.values(),
-            records.requests.values(),
-            self.specs[name],
-            after=self.listed_at.get(name, float("-inf")),
+        at = deadlines.first_after(
+            self._reading(name).listing, self.listed_at.get(name, float("-inf"))
         )
         return at is not None and at <= now
+
+    def _reading(self, name: str) -> Reading:
+        """`name`'s deadlines in the current records, read once per version of them."""
+        return self._readings.of(name, self.journal.records(), self.specs[name])
 
     def _pruning_due(self, now: float) -> bool:
         """Records of a cluster no spec declares any more are pruned on the default reconcile

@@ -199,3 +199,35 @@ def test_a_valid_message_parses_to_plain_floats():
     doc = messages.parse(messages.HEARTBEAT, json.dumps(HEARTBEAT).encode())
     assert type(doc["sent_at"]) is float
     assert type(doc["utilisation"]["cpu_fraction"]) is float
+
+
+ENCODINGS = ["utf-8", "utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    text=st.lists(
+        st.one_of(
+            st.characters(exclude_categories=()),
+            st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+        ),
+        max_size=8,
+    ).map("".join),
+    escaped=st.booleans(),
+    encoding=st.sampled_from(ENCODINGS),
+)
+def test_skipping_the_surrogate_check_never_lets_a_lone_surrogate_through(
+    text: str, escaped: bool, encoding: str
+):
+    """`parse` checks strings for lone surrogates only when the body could hold one; whatever
+    the body's encoding (JSON may come as UTF-16 or UTF-32) and however the surrogate is
+    written (a `\\u` escape, or raw), it cleans exactly as the full check does."""
+    doc = {"why": text, "k": [text, {text: 1.5}]}
+    body = json.dumps(doc, ensure_ascii=escaped).encode(encoding, "surrogatepass")
+    try:
+        parsed = json.loads(body)
+    except (UnicodeError, ValueError):
+        return
+    cleaned = messages._clean(parsed, messages._may_hold_surrogates(body))
+    assert cleaned == messages._clean(parsed, True)
+    assert json.dumps(cleaned, ensure_ascii=False).encode("utf-8")  # no lone surrogate left

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reconciler.model import observed
-from reconciler.vast import wire
+from reconciler.vast import parse, wire
 
 
 def test_search_body_is_the_filter_dict_plus_fixed_order_and_controls() -> None:
@@ -125,3 +125,32 @@ def test_list_params_are_json_encoded_like_the_cli_sends_them() -> None:
     assert params["limit"] == "25"
     assert "after_token" not in params
     assert wire.list_params(after_token="t2", page_size=25)["after_token"] == "t2"
+
+
+class _Watched(dict[str, object]):
+    """A row that remembers which keys were read."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> object:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def test_the_listing_asks_for_every_column_the_parser_reads_and_no_other() -> None:
+    """`select_cols` trims each row to what `parse.instance` reads: a column it reads but the
+    listing did not ask for would come back null and silently read as absent."""
+    row = _Watched({"id": 7, "actual_status": "running", "ports": {}, "machine_id": 1})
+    parse.instance(row)
+    params = wire.list_params(after_token=None, page_size=25)
+    assert set(json.loads(params["select_cols"])) == row.read

@@ -7,10 +7,19 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll until `condition()` is truthy and return its value; fail after `timeout` seconds."""
+def wait_for(
+    condition: Callable[[], Any],
+    timeout: float = 30.0,
+    what: str = "",
+    *,
+    step: Callable[[], None] | None = None,
+) -> Any:
+    """Poll until `condition()` is truthy and return its value; fail after `timeout` seconds.
+    `step`: run before each look (a simulator that must be advanced to get there)."""
     deadline = time.monotonic() + timeout
     while True:
+        if step is not None:
+            step()
         value = condition()
         if value:
             return value

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..head.harness import wait_for
+from tests.waiting import wait_for
+
 from .conftest import WorldFactory
 
 

@@ -30,8 +30,9 @@ import pytest
 from reconciler.head import decisions
 from reconciler.model.records import Phase, RequestStatus, Role
 from reconciler.state.ledger import LedgerEntry
+from tests.waiting import wait_for
 
-from ..head.harness import KEY, HeadWorld, Rented, wait_for
+from ..head.harness import KEY, HeadWorld, Rented
 from .conftest import WorldFactory
 from .test_stdlib_only import interpreters
 

@@ -24,8 +24,9 @@ from agent.lifecycle import EnrollAnswered, Log, Started, StartRay, Timings
 from reconciler.head import answers, messages
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
+from tests.waiting import wait_for
 
-from ..head.harness import CLUSTER, IMAGE, WATCHDOGS, HeadWorld, head_world, wait_for
+from ..head.harness import CLUSTER, IMAGE, WATCHDOGS, HeadWorld, head_world
 from ..head.schemas import assert_valid
 from .conftest import WorldFactory
 from .test_endings import container_log, started_ray

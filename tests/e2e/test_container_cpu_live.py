@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.vastsim.conftest import wait_for
+from tests.waiting import wait_for
 from vastsim import ProcessRunner
 from vastsim.process import cgroup_base, cgroup_pids
 from vastsim.runners import ContainerSpec

@@ -343,18 +343,6 @@ def client_pair(answer: Mapping[str, Any]) -> Issued:
     return Issued(cert["cert_pem"].encode(), cert["key_pem"].encode())
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll until `condition()` is truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what or condition}")
-        time.sleep(0.02)
-
-
 @contextmanager
 def head_world(
     tmp: Path,

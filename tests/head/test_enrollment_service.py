@@ -22,8 +22,9 @@ from reconciler.head.agentsource import AgentBundle
 from reconciler.head.decisions import put
 from reconciler.model.codec import encode
 from reconciler.model.records import BreakerState, Intent, Phase, RequestStatus, Role
+from tests.waiting import wait_for
 
-from .harness import KEY, HeadWorld, client_pair, head_world, wait_for
+from .harness import KEY, HeadWorld, client_pair, head_world
 from .schemas import assert_valid
 
 

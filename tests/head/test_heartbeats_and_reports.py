@@ -18,6 +18,7 @@ import pytest
 
 from reconciler.head import decisions, messages, pki
 from reconciler.model.records import Intent, Phase
+from tests.waiting import wait_for
 
 from .harness import (
     HeadWorld,
@@ -25,7 +26,6 @@ from .harness import (
     enroll_body,
     head_world,
     heartbeat_body,
-    wait_for,
 )
 from .schemas import assert_valid
 

@@ -13,9 +13,10 @@ import pytest
 from reconciler import rayruntime
 from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import Role
+from tests.waiting import wait_for
 from vastsim import ProcessRunner
 
-from .harness import HeadWorld, head_world, venv_path, wait_for
+from .harness import HeadWorld, head_world, venv_path
 
 FAKE_RAY = Path(__file__).parents[1] / "agent" / "fake_ray.py"
 BOOT = 20.0

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.waiting import wait_for
 from vastsim import InProcessTransport, Market, ScriptedRunner, Sim, Timing, VirtualClock
 
 KEY = "test-account-key"
@@ -115,22 +115,6 @@ def listing(client: httpx.Client, **params: Any) -> list[dict[str, Any]]:
         if not data["next_token"]:
             return rows
         query["after_token"] = data["next_token"]
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float = 20.0, step: Callable[[], None] | None = None
-) -> Any:
-    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if step is not None:
-            step()
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.02)
 
 
 def _live_children() -> set[int]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tests.waiting import wait_for
 from vastsim import InProcessTransport, RealClock, Sim, Timing, VirtualClock
 
-from .conftest import KEY, rent, show, small_market, wait_for
+from .conftest import KEY, rent, show, small_market
 
 
 def test_virtual_clock_moves_only_forward() -> None:

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import wait_for
 from vastsim import ProcessRunner
 from vastsim.process import cgroup_base, cgroup_hierarchy, cgroup_pids, no_namespaces
 from vastsim.runners import ContainerSpec
-
-from .conftest import wait_for
 
 BASE = cgroup_base()
 pytestmark = pytest.mark.skipif(

@@ -18,11 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.waiting import wait_for
 from vastsim import ProcessRunner, RealClock, Sim, Timing, serve
 from vastsim.process import MARKER, group_pids, no_namespaces
 from vastsim.server import Server
 
-from .conftest import IMAGE, KEY, offer_on, show, small_market, wait_for
+from .conftest import IMAGE, KEY, offer_on, show, small_market
 
 SCRIPT = r"""
 import http.client, json, os, signal, subprocess, sys, time, urllib.parse

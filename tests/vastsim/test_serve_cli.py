@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import wait_for
+from tests.waiting import wait_for
+
 from .test_process_runner import alive
 
 KEY = "cli-key"

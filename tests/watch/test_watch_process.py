@@ -17,6 +17,7 @@ import pytest
 
 from bench.live import free_port
 from tests.served import LOCAL_SIM, ROOT, World
+from tests.waiting import wait_for
 from vastsim.faults import LIST_ROUTE, Canned
 
 
@@ -26,14 +27,6 @@ def spec_text(min_workers: int, metrics_port: int) -> str:
         .replace("min_workers: 1 ", f"min_workers: {min_workers} ")
         .replace("metrics_port: 19464", f"metrics_port: {metrics_port}")
     )
-
-
-def wait_for(what: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 @pytest.fixture

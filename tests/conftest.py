@@ -23,7 +23,7 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 from tests.served import world
-from vastsim.process import MARKER
+from vastsim.containers.sweep import MARKER
 
 __all__ = ["world"]
 

@@ -38,8 +38,9 @@ from vastsim.wire import (
 )
 
 if TYPE_CHECKING:
+    from vastsim.faults import Faults
     from vastsim.instances import Instance
-    from vastsim.sim import Sim
+    from vastsim.world import World
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
@@ -49,11 +50,12 @@ COMMANDS = ("ls", "rm", "du")
 
 
 class Api:
-    """The WSGI application of one simulator."""
+    """The WSGI application of one simulator: its world, and the faults that come between."""
 
-    def __init__(self, sim: Sim) -> None:
+    def __init__(self, sim: World, faults: Faults) -> None:
         self.sim = sim
-        self.router = Router(self._routes() + control_routes(sim))
+        self.faults = faults
+        self.router = Router(self._routes() + control_routes(sim, faults))
 
     # -- WSGI ---------------------------------------------------------------------------------
 
@@ -91,7 +93,7 @@ class Api:
     def _gate(
         self, found: Route, req: Request, params: dict[str, str], identity: Identity, now: float
     ) -> Response:
-        faults = self.sim.faults
+        faults = self.faults
         late_by = faults.lateness(found.key)
         if late_by:
             time.sleep(late_by)  # a slow backend: real time, on this request's own thread
@@ -147,7 +149,7 @@ class Api:
         if found.auth == "public":
             return None
         if identity.kind == "bad" or (identity.kind == "none" and found.auth != "optional"):
-            return error(self.sim.faults.auth_error_status, "auth_error", "Invalid user key")
+            return error(self.faults.auth_error_status, "auth_error", "Invalid user key")
         if identity.kind == "instance":
             own = found.auth == "own" and params.get("id") == str(identity.instance_id)
             if not own:
@@ -299,7 +301,7 @@ class Api:
                 after, page_number = self.sim.tokens.read(token)
             except InvalidToken:
                 return error(400, "invalid_token", "Invalid after_token.")
-        injected = self.sim.faults.listing_fault(page_number)
+        injected = self.faults.listing_fault(page_number)
         if injected is not None:
             return injected
         visible = self.sim.fleet.visible(now)

@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from types import FrameType
 
 from vastsim.clock import RealClock
+from vastsim.containers.protocol import Runner
+from vastsim.containers.runner import ProcessRunner
+from vastsim.containers.scripted import ScriptedRunner
+from vastsim.generate import generate_market
 from vastsim.lifecycle import Timing
 from vastsim.market import Market
-from vastsim.process import ProcessRunner
-from vastsim.runners import Runner, ScriptedRunner
 from vastsim.server import serve
 from vastsim.sim import Sim
 
@@ -52,7 +54,7 @@ def build_market(args: argparse.Namespace) -> Market:
     if args.market:
         return Market.from_yaml(args.market)
     if args.generate:
-        return Market.generate(seed=args.seed, machines=args.generate)
+        return generate_market(seed=args.seed, machines=args.generate)
     return Market.default()
 
 

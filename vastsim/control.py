@@ -26,13 +26,14 @@ from vastsim.routing import Handler, Identity, Route, route
 from vastsim.wire import BadRequest, Request, Response, error, json_response
 
 if TYPE_CHECKING:
-    from vastsim.sim import Sim
+    from vastsim.faults import Faults
+    from vastsim.world import World
 
 ADMIN_HEADER = "x-vastsim-admin"
 
 
-def control_routes(sim: Sim) -> list[Route]:
-    control = Control(sim)
+def control_routes(sim: World, faults: Faults) -> list[Route]:
+    control = Control(sim, faults)
     return [
         route("POST", "/_sim/faults/{name}", control.guard(control.fault), "admin"),
         route("GET", "/_sim/requests", control.guard(control.requests), "admin"),
@@ -50,8 +51,9 @@ ControlHandler = Callable[[Request, dict[str, str], float], Response]
 
 
 class Control:
-    def __init__(self, sim: Sim) -> None:
+    def __init__(self, sim: World, faults: Faults) -> None:
         self.sim = sim
+        self.faults = faults
 
     def guard(self, handler: ControlHandler) -> Handler:
         def guarded(req: Request, params: dict[str, str], who: Identity, now: float) -> Response:
@@ -73,9 +75,9 @@ class Control:
 
     def fault(self, req: Request, params: dict[str, str], now: float) -> Response:
         name = params["name"]
-        if name not in self.sim.faults.HTTP_METHODS:
+        if name not in self.faults.HTTP_METHODS:
             return error(404, "not_found", f"no fault {name!r}")
-        result = getattr(self.sim.faults, name)(**req.json_object())
+        result = getattr(self.faults, name)(**req.json_object())
         return json_response({"success": True, "result": result})
 
     def requests(self, req: Request, params: dict[str, str], now: float) -> Response:

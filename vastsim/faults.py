@@ -24,7 +24,7 @@ from vastsim.ratelimit import RateLimiter, too_many_requests
 from vastsim.wire import JSON, Response, html_error, json_response
 
 if TYPE_CHECKING:
-    from vastsim.sim import Sim
+    from vastsim.world import World
 
 ANY_ROUTE = "*"
 CREATE_ROUTE = "PUT /api/v0/asks/{id}/"
@@ -72,7 +72,7 @@ class Faults:
         }
     )
 
-    def __init__(self, sim: Sim) -> None:
+    def __init__(self, sim: World) -> None:
         self._sim = sim
         self._lock = threading.Lock()
         self._canned: dict[str, list[Canned]] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from vastsim.market import Machine, Traits
+from vastsim.market import STANDARD_IMAGES, Machine, Market, Traits
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ PLACES: tuple[str, ...] = (
 
 CPU_IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 GPU_IMAGE = "rayproject/ray:2.60.0-py311-cu124"
+
+
+def generate_market(seed: int = 1, machines: int = 500, *, faulty: float = 0.0) -> Market:
+    """A large seeded random market; `faulty` is the share of machines with a failure trait."""
+    return Market(generate_machines(seed, machines, faulty=faulty), images=STANDARD_IMAGES)
 
 
 def generate_machines(seed: int, count: int, *, faulty: float = 0.0) -> list[Machine]:

@@ -15,7 +15,7 @@ sees every status change at the second it happened however coarsely time is step
 has an epoch; a user action bumps it, which cancels that instance's pending transitions.
 
 Container start/stop/destroy are not done here: they are queued as actions that the simulator
-hands to its runner outside its lock (see `vastsim.runners`).
+hands to its runner outside its lock (see `vastsim.containers.protocol`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from vastsim.billing import Meter
+from vastsim.containers.protocol import ContainerSpec, Runner
 from vastsim.instances import Instance, requested_ports
 from vastsim.market import Machine, Market
-from vastsim.runners import ContainerSpec, Runner
 
 OCI_ERROR = (
     "Error response from daemon: failed to create task for container: failed to create shim "

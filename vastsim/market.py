@@ -213,13 +213,6 @@ class Market:
             images_without_ray=frozenset(str(i) for i in data.get("images_without_ray") or ()),
         )
 
-    @classmethod
-    def generate(cls, seed: int = 1, machines: int = 500, *, faulty: float = 0.0) -> Market:
-        """A large seeded random market; `faulty` is the share of machines with a failure trait."""
-        from vastsim.generate import generate_machines  # noqa: PLC0415 - keeps this module small
-
-        return cls(generate_machines(seed, machines, faulty=faulty), images=STANDARD_IMAGES)
-
     # -- queries ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Machine]:
@@ -336,4 +329,4 @@ STANDARD_IMAGES: dict[str, float] = {
     "pytorch/pytorch:latest": 8.5,
     "vastai/base-image:@vastai-automatic-tag": 6.0,
 }
-"""Sizes (GB) of well-known images, used by generated markets."""
+"""Sizes (GB) of well-known images, used by generated markets (`vastsim.generate`)."""

@@ -19,8 +19,8 @@ import pytest
 
 from tests.waiting import wait_for
 from vastsim import ProcessRunner
-from vastsim.process import cgroup_base, cgroup_pids
-from vastsim.runners import ContainerSpec
+from vastsim.containers.cgroups import cgroup_base, cgroup_pids
+from vastsim.containers.protocol import ContainerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from vastsim import InProcessTransport, Market, ScriptedRunner, Sim, VirtualClock
+from vastsim.generate import generate_market
 from vastsim.market import NoSuchAsk, bundle_sizes
 
 from .conftest import KEY, T0, TIMING, rent, show
@@ -89,15 +90,15 @@ def test_market_file_typos_are_errors(tmp_path: Path, text: str) -> None:
 
 
 def test_generator_is_seeded() -> None:
-    one = Market.generate(seed=7, machines=300)
-    two = Market.generate(seed=7, machines=300)
-    other = Market.generate(seed=8, machines=300)
+    one = generate_market(seed=7, machines=300)
+    two = generate_market(seed=7, machines=300)
+    other = generate_market(seed=8, machines=300)
     describe = [(m.machine_id, m.gpu_name, m.num_gpus, m.dph_base) for m in one]
     assert describe == [(m.machine_id, m.gpu_name, m.num_gpus, m.dph_base) for m in two]
     assert describe != [(m.machine_id, m.gpu_name, m.num_gpus, m.dph_base) for m in other]
     assert len(one.machines) == 300
     assert len({m.host_id for m in one}) < 300  # hosts hold several machines
-    faulty = Market.generate(seed=7, machines=300, faulty=0.2)
+    faulty = generate_market(seed=7, machines=300, faulty=0.2)
     broken = [m for m in faulty if m.traits != type(m.traits)()]
     assert 20 < len(broken) < 100
 
@@ -111,7 +112,7 @@ def test_bundle_sizes() -> None:
 
 
 def test_offers_are_single_use() -> None:
-    market = Market.generate(seed=1, machines=5)
+    market = generate_market(seed=1, machines=5)
     bundle = market.bundles()[0]
     market.take(bundle.offer_id, owner=1)
     with pytest.raises(NoSuchAsk):
@@ -222,7 +223,7 @@ def test_an_image_without_ray_is_the_markets_word_and_reaches_the_container(tmp_
     """The market names the images whose `ray` cannot start (the default names one); their
     containers are told (`ContainerSpec.has_ray`), and the process runner puts a `ray` first on
     their PATH that the shell cannot find (exit 127), as such an image has."""
-    from vastsim.process import ProcessRunner  # noqa: PLC0415
+    from vastsim.containers.runner import ProcessRunner  # noqa: PLC0415
 
     market = Market.default()
     assert "example.org/ray-vast/no-ray:1" in market.images_without_ray

@@ -14,8 +14,9 @@ import pytest
 
 from tests.waiting import wait_for
 from vastsim import ProcessRunner
-from vastsim.process import cgroup_base, cgroup_hierarchy, cgroup_pids, no_namespaces
-from vastsim.runners import ContainerSpec
+from vastsim.containers.cgroups import cgroup_base, cgroup_hierarchy, cgroup_pids
+from vastsim.containers.pidns import no_namespaces
+from vastsim.containers.protocol import ContainerSpec
 
 BASE = cgroup_base()
 pytestmark = pytest.mark.skipif(
@@ -123,7 +124,7 @@ def test_shutdown_removes_every_cgroup(tmp_path: Path) -> None:
 
 def test_a_container_starts_when_no_cgroup_can_be_made(tmp_path: Path) -> None:
     runner = ProcessRunner(tmp_path / "containers")
-    runner._cgroup_base = tmp_path / "not-a-cgroup-fs" / "vastsim"  # a plain directory tree
+    runner._cgroups.base = tmp_path / "not-a-cgroup-fs" / "vastsim"  # a plain directory tree
     (tmp_path / "not-a-cgroup-fs").write_text("a file where a directory should be")
     try:
         runner.start(spec(1), 0.0)

@@ -20,7 +20,8 @@ import pytest
 
 from tests.waiting import wait_for
 from vastsim import ProcessRunner, RealClock, Sim, Timing, serve
-from vastsim.process import MARKER, group_pids, no_namespaces
+from vastsim.containers.pidns import no_namespaces
+from vastsim.containers.sweep import MARKER, group_pids
 from vastsim.server import Server
 
 from .conftest import IMAGE, KEY, offer_on, show, small_market
@@ -383,7 +384,8 @@ def test_without_root_there_are_no_namespaces_and_the_runner_says_so() -> None:
         probe = (
             "import logging, sys\n"
             "logging.basicConfig(stream=sys.stdout, format='%(message)s')\n"
-            "from vastsim.process import ProcessRunner, no_namespaces\n"
+            "from vastsim.containers.pidns import no_namespaces\n"
+            "from vastsim.containers.runner import ProcessRunner\n"
             f"runner = ProcessRunner({str(Path(scratch) / 'c')!r})\n"
             "print('contained', runner.contained)\n"
             "print('again', ProcessRunner(runner.workdir).contained, no_namespaces())\n"

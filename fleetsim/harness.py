@@ -7,8 +7,8 @@ benchmark and `ray-vast simulate` (`fleetsim.simulate`: it is packaged for that,
 the vast client over `InProcessTransport`, the `Controller` (planner, nets, executor, journal,
 ledger), and per cluster a head: its PKI (`reconciler.watch.headside.cluster_pki`), its
 `HeadApp` (schemas, decisions, the records lock, the ledger) called in-process, and its launcher
-(`reconciler.head.service.launcher_for`), so every rent carries the bootloader, a real join
-token, the CA and the head's address in its environment, as on vast. The head's own destroys
+(`reconciler.head.launcher.AgentLauncher.for_app`), so every rent carries the bootloader, a real
+join token, the CA and the head's address in its environment, as on vast. The head's own destroys
 (extra candidates, failed token checks) go to the controller's one applier, carried out at once
 on the virtual clock (`Applier.in_caller`) instead of on the applier's thread.
 
@@ -43,7 +43,7 @@ from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints
 from reconciler.head.app import HeadApp
-from reconciler.head.service import launcher_for
+from reconciler.head.launcher import AgentLauncher
 from reconciler.model.codec import encode
 from reconciler.model.observation import NodeKey
 from reconciler.model.rayversions import RayVersions
@@ -288,7 +288,7 @@ def fleet(
             launchers: dict[str, Launcher] = {}
             for name, app in heads.items():
                 world.serve(app)
-                launchers[name] = launcher_for(
+                launchers[name] = AgentLauncher.for_app(
                     app, vast_url=VAST_URL, clock=clock, forbidden=(API_KEY,)
                 )
             controller.launcher = ByCluster(launchers, ImageLauncher())

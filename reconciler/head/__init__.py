@@ -14,7 +14,7 @@ How the pieces fit:
 
     pki = ClusterPki.load_or_create(pki_dir(state_dir, name), name, spec.head.address, now=...)
     service = HeadService(spec=spec, cluster_pki=pki, host=controller, ledger=journal,
-                          provider=vast_client, lineage=journal.lineage, clock=clock)
+                          applier=controller.applier, lineage=journal.lineage, clock=clock)
     launcher = service.launcher(vast_url=vast_client.base_url, clock=clock,
                                 forbidden=(api_key,))     # the executor's Launcher
     service.start() ... service.stop()

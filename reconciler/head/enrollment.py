@@ -36,6 +36,10 @@ they were. The same boot asking again (its answer was lost) is answered again. E
 restart is refused: a record still meant to be stopped, a stop that was not the head's, a
 second boot after a resume; the worker reports and destroys itself, as after a refused second
 enrollment.
+
+The refusals that do more than answer (a failed token check, a version mismatch) are built in
+`head/enrollment_refusals.py`; the checks a resume shares with a heartbeat (is the certificate's
+holder still a worker of ours?) are `heartbeats.holder_problem`.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ from dataclasses import dataclass, replace
 
 from reconciler.head import decisions as dec
 from reconciler.head import tokens
+from reconciler.head.enrollment_refusals import (
+    refuse,
+    runtime_data,
+    token_check_failed,
+    version_mismatch,
+)
+from reconciler.head.heartbeats import holder_problem
 from reconciler.head.messages import EnrollRequest, ResumeRequest
 from reconciler.head.pki import WorkerIdentity
 from reconciler.model import rayversions
@@ -51,7 +62,6 @@ from reconciler.model.plan import Action
 from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import (
     BreakerState,
-    Halt,
     InstanceRecord,
     Intent,
     JoinToken,
@@ -60,12 +70,12 @@ from reconciler.model.records import (
     Request,
     RequestStatus,
     Role,
+    Slot,
     breaker_key,
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import LedgerKind
 
-VERSION_MISMATCH = "ray_version_mismatch"
 RESUME_REFUSED = "resume_refused"
 
 
@@ -101,54 +111,44 @@ def enroll(
     problem = _token_problem(token, record, request, cluster=cluster, lineage=lineage)
     if problem is not None or token is None or record is None:
         why = problem or "the join token is not one this head issued"
-        return _token_check_failed(
+        return token_check_failed(
             records, request, why, cluster=cluster, lineage=lineage, now=now, peer=peer
         )
     if token.used_at is not None:
         return _used(records, request, token, record, now=now, serial=serial)
-    if now >= token.expires_at:
-        return _refuse(
-            records,
-            request,
-            record,
-            "token_expired",
-            f"the join token expired {now - token.expires_at:.0f}s ago",
-        )
     slot_request = records.requests.get(record.request_id) if record.request_id else None
-    if not record.live or record.intent is not Intent.RUNNING or record.role is not Role.CANDIDATE:
-        state = record.ended_reason or record.intent.value
-        return _refuse(
-            records,
-            request,
-            record,
-            "late_candidate",
-            f"record {record.id} is {record.phase.value} ({state})",
-        )
-    if slot_request is None:
-        return _refuse(
-            records,
-            request,
-            record,
-            "not_a_candidate",
-            f"record {record.id} belongs to no request",
-        )
+    refused = _candidate_problem(token, record, slot_request, now=now)
+    if refused is not None or slot_request is None:
+        error, why = refused or ("not_a_candidate", f"record {record.id} belongs to no request")
+        return refuse(records, request, record, error, why)
     if head is not None and request.runtime is not None:
-        refused = rayversions.refusal(head, request.runtime)
-        if refused is not None:
-            return _version_mismatch(
-                records, request, record, slot_request, refused, head=head, spec=spec, now=now
+        why_not = rayversions.refusal(head, request.runtime)
+        if why_not is not None:
+            return version_mismatch(
+                records, request, record, slot_request, why_not, head=head, spec=spec, now=now
             )
     joinable = slot_request.status is RequestStatus.OPEN or slot_request.ended_by_watchdog
     if not joinable or not slot_request.open_slots:
         settled = f"every slot of request {slot_request.id} is settled"
-        return _refuse(
-            records,
-            request,
-            record,
-            "late_candidate",
-            f"{settled} ({slot_request.status.value})",
-        )
+        why = f"{settled} ({slot_request.status.value})"
+        return refuse(records, request, record, "late_candidate", why)
     return _admit(records, request, token, record, slot_request, now=now, serial=serial, peer=peer)
+
+
+def _candidate_problem(
+    token: JoinToken, record: InstanceRecord, slot_request: Request | None, *, now: float
+) -> tuple[str, str] | None:
+    """Why a fresh token's record may not take a slot, before its versions are read (error code,
+    reason): the token has expired, the record has ended or is no candidate, or it belongs to no
+    request."""
+    if now >= token.expires_at:
+        return "token_expired", f"the join token expired {now - token.expires_at:.0f}s ago"
+    if not record.live or record.intent is not Intent.RUNNING or record.role is not Role.CANDIDATE:
+        state = record.ended_reason or record.intent.value
+        return "late_candidate", f"record {record.id} is {record.phase.value} ({state})"
+    if slot_request is None:
+        return "not_a_candidate", f"record {record.id} belongs to no request"
+    return None
 
 
 def resume(
@@ -184,12 +184,23 @@ def resume(
         start_requested_at=None,
         resumed_boot=request.boot_id,
     )
+    note = _resumed_note(record, request, again=again, now=now)
+    admission = Admission(
+        resumed, record.slot_id or "", record.request_id, identity.serial, again=again
+    )
+    return dec.Decision(dec.put(records, resumed), (note,), (), None, admission)
+
+
+def _resumed_note(
+    record: InstanceRecord, request: ResumeRequest, *, again: bool, now: float
+) -> dec.Note:
+    """The ledger line of a resume let in (`record` as it was before)."""
     stopped_for = (
         f" after {now - record.stopped_deliberately_at:.0f}s stopped"
         if record.stopped_deliberately_at is not None
         else ""
     )
-    note = dec.Note(
+    return dec.Note(
         LedgerKind.DECISION if not again else LedgerKind.NOTE,
         "resumed",
         f"instance {request.instance_id} resumed as the worker of slot {record.slot_id} with its "
@@ -204,10 +215,6 @@ def resume(
             "again": again,
         },
     )
-    admission = Admission(
-        resumed, record.slot_id or "", record.request_id, identity.serial, again=again
-    )
-    return dec.Decision(dec.put(records, resumed), (note,), (), None, admission)
 
 
 def _resume_problem(
@@ -222,15 +229,9 @@ def _resume_problem(
     """Why this resume is refused (error code, reason), or None to let it in."""
     if identity is None:
         return "unknown_worker", "the certificate names no worker"
-    if identity.serial in records.revoked_certs:
-        return "revoked", f"certificate {identity.serial:x} is revoked"
-    if identity.cluster != cluster:
-        return "unknown_worker", f"the certificate is of cluster {identity.cluster!r}"
-    if record is None or not dec.ours(record, cluster=cluster, lineage=lineage):
-        return "unknown_worker", f"record {identity.record_id} is not a worker of ours"
-    if not record.live or record.intent is Intent.DESTROYED:
-        ended = record.ended_reason or "destroyed"
-        return "unknown_worker", f"record {record.id} has ended ({ended})"
+    holder = holder_problem(records, identity, record, cluster=cluster, lineage=lineage)
+    if holder is not None or record is None:
+        return holder or ("unknown_worker", f"record {identity.record_id} is not a worker of ours")
     if (
         record.role is not Role.WORKER
         or record.vast_id != identity.instance_id
@@ -302,13 +303,7 @@ def _admit(
         cert_serial=serial,
         enrolled_from=peer,
     )
-    slots = tuple(
-        replace(s, worker=record.id) if s.id == slot.id else s for s in slot_request.slots
-    )
-    filled = not any(s.worker is None and not s.ended_without_worker for s in slots)
-    closed = replace(
-        slot_request, slots=slots, status=RequestStatus.FILLED if filled else slot_request.status
-    )
+    closed, filled = _filled(slot_request, slot, record.id)
     spent = replace(token, used_at=now, boot_id=request.boot_id)
     updated = dec.put(records, worker)
     updated = replace(
@@ -317,25 +312,7 @@ def _admit(
         tokens={**updated.tokens, spent.token_hash: spent},
         breakers=_breaker_reset(updated, record),
     )
-    notes = [
-        dec.Note(
-            LedgerKind.DECISION,
-            "enrolled",
-            f"instance {request.instance_id} enrolled as the worker of slot {slot.id}"
-            f" ({request.cpus} CPUs from {request.cpu_source or 'unknown'}, {request.gpus} GPUs)",
-            record=record.id,
-            instance=request.instance_id,
-            data={
-                "slot": slot.id,
-                "request": slot_request.id,
-                "boot_id": request.boot_id,
-                "public_ip": request.public_ip,
-                "cpus": request.cpus,
-                "gpus": request.gpus,
-                **_runtime_data(request),
-            },
-        )
-    ]
+    notes = [_enrolled_note(request, record, slot, slot_request)]
     destroys: list[Action] = []
     if filled:
         updated, extra_notes, destroys = _end_extras(updated, closed, keep=record.id, now=now)
@@ -344,101 +321,34 @@ def _admit(
     return dec.Decision(updated, tuple(notes), tuple(destroys), None, admission)
 
 
-def _runtime_data(request: EnrollRequest) -> dict[str, str | None]:
-    """What the ledger keeps of the image's versions (nothing from an agent that did not say)."""
-    runtime = request.runtime
-    if runtime is None:
-        return {}
-    return {
-        "ray_version": runtime.ray,
-        "python_version": runtime.python,
-        "python_version_match_level": runtime.python_match_level,
-        "runtime_source": request.runtime_source,
-    }
+def _filled(slot_request: Request, slot: Slot, worker: str) -> tuple[Request, bool]:
+    """The request with `worker` in `slot`, and whether that filled it (then it is closed)."""
+    slots = tuple(replace(s, worker=worker) if s.id == slot.id else s for s in slot_request.slots)
+    filled = not any(s.worker is None and not s.ended_without_worker for s in slots)
+    status = RequestStatus.FILLED if filled else slot_request.status
+    return replace(slot_request, slots=slots, status=status), filled
 
 
-def _version_mismatch(
-    records: Records,
-    request: EnrollRequest,
-    record: InstanceRecord,
-    slot_request: Request,
-    why: str,
-    *,
-    head: RayVersions,
-    spec: ClusterSpec | None,
-    now: float,
-) -> dec.Decision[Admission]:
-    """Refuse a candidate whose image's Ray or Python the head's Ray refuses; the first one of a
-    node type's image halts the node type and ends its other candidates of that image."""
-    assert request.runtime is not None
-    node_type = spec.node_types.get(record.node_type) if spec is not None else None
-    image = slot_request.image or (node_type.image if node_type else None) or "of unknown name"
-    fingerprint = slot_request.fingerprint or (node_type.ray_fingerprint if node_type else "")
-    reason = f"image {image} has {request.runtime.says()}, the head runs {head.says()}"
-    message = f"{reason}: {why}"
-    key = breaker_key(record.cluster, record.node_type)
-    state = records.breakers.get(key, BreakerState())
-    data: dict[str, object] = {
-        "boot_id": request.boot_id,
-        "refused": VERSION_MISMATCH,
-        "image": image,
-        "head_ray_version": head.ray,
-        "head_python_version": head.python,
-        **_runtime_data(request),
-    }
-    refusal = dec.Refusal(403, VERSION_MISMATCH, message)
-    if state.halted(fingerprint):
-        note = dec.Note(
-            LedgerKind.NOTE,
-            VERSION_MISMATCH,
-            f"enrollment of instance {request.instance_id} refused ({VERSION_MISMATCH}): "
-            f"{message}; node type {record.node_type} is halted already",
-            record=record.id,
-            instance=request.instance_id,
-            data=data,
-        )
-        return dec.Decision(records, (note,), (), refusal)
-    halt = Halt(now, VERSION_MISMATCH, message, image, fingerprint, record.id)
-    updated = replace(records, breakers={**records.breakers, key: replace(state, halt=halt)})
-    destroys: list[Action] = []
-    for other in list(updated.instances.values()):
-        if not _same_image(updated, other, record, fingerprint):
-            continue
-        detail = f"node type {record.node_type} is halted: {message}"
-        updated = dec.put(updated, dec.doomed(other, VERSION_MISMATCH, now))
-        destroys.append(dec.destroy(other, VERSION_MISMATCH, detail))
-    ended = f"; {len(destroys)} other candidate(s) of it destroyed" if destroys else ""
-    note = dec.Note(
-        LedgerKind.DETECTION,
-        VERSION_MISMATCH,
-        f"enrollment of instance {request.instance_id} refused ({VERSION_MISMATCH}): {message}. "
-        f"Node type {record.node_type} is halted: no rental until its image or env changes "
-        f"(every host would fail the same way){ended}",
+def _enrolled_note(
+    request: EnrollRequest, record: InstanceRecord, slot: Slot, slot_request: Request
+) -> dec.Note:
+    return dec.Note(
+        LedgerKind.DECISION,
+        "enrolled",
+        f"instance {request.instance_id} enrolled as the worker of slot {slot.id}"
+        f" ({request.cpus} CPUs from {request.cpu_source or 'unknown'}, {request.gpus} GPUs)",
         record=record.id,
         instance=request.instance_id,
-        data={**data, "halted": record.node_type, "destroyed": [a.record for a in destroys]},
+        data={
+            "slot": slot.id,
+            "request": slot_request.id,
+            "boot_id": request.boot_id,
+            "public_ip": request.public_ip,
+            "cpus": request.cpus,
+            "gpus": request.gpus,
+            **runtime_data(request),
+        },
     )
-    return dec.Decision(updated, (note,), tuple(destroys), refusal)
-
-
-def _same_image(
-    records: Records, other: InstanceRecord, refused: InstanceRecord, fingerprint: str
-) -> bool:
-    """A live candidate of the refused one's node type (not itself) rented for the same image
-    and env: it would be refused the same way."""
-    if (
-        other.id == refused.id
-        or other.cluster != refused.cluster
-        or other.node_type != refused.node_type
-        or other.managed_by != refused.managed_by
-        or other.role is not Role.CANDIDATE
-        or not other.live
-        or other.intent is Intent.DESTROYED
-    ):
-        return False
-    request = records.requests.get(other.request_id) if other.request_id else None
-    theirs = request.fingerprint if request is not None else None
-    return theirs is None or theirs == fingerprint
 
 
 def _end_extras(
@@ -491,7 +401,7 @@ def _used(
         admission = Admission(renewed, record.slot_id or "", record.request_id, serial, again=True)
         return dec.Decision(updated, (note,), (), None, admission)
     if record.enrolled_at is not None:
-        return _refuse(
+        return refuse(
             records,
             request,
             record,
@@ -499,103 +409,7 @@ def _used(
             f"instance {request.instance_id} enrolled at {record.enrolled_at:.0f} from"
             " another boot; a restarted container is not let in again",
         )
-    return _refuse(records, request, record, "token_reused", "the join token was already used")
-
-
-def _token_check_failed(
-    records: Records,
-    request: EnrollRequest,
-    why: str,
-    *,
-    cluster: str,
-    lineage: str,
-    now: float,
-    peer: str | None,
-) -> dec.Decision[Admission]:
-    """The seed: a failed token check makes the head destroy that instance, when the request
-    provably comes from it and it is ours; otherwise 403 and nothing else changes."""
-    presenter = dec.by_vast_id(records, request.instance_id)
-    # the ledger keeps why; the sender learns only that it failed (the reason names instances
-    # and records, which is nothing to tell a stranger)
-    refusal = dec.Refusal(403, "token_check_failed", "token check failed")
-    why = f"token check failed: {why}"
-    ours = (
-        presenter is not None
-        and dec.ours(presenter, cluster=cluster, lineage=lineage)
-        and presenter.intent is not Intent.DESTROYED
-    )
-    if presenter is None or not ours:
-        what = (
-            "not an instance of ours"
-            if presenter is None or not dec.ours(presenter, cluster=cluster, lineage=lineage)
-            else "an instance of ours that has ended"
-        )
-        note = dec.Note(
-            LedgerKind.DETECTION,
-            "token_check_failed",
-            f"instance {request.instance_id}: {why}; {what}, refused",
-            instance=request.instance_id,
-            data={"boot_id": request.boot_id, "refused": "token_check_failed", "unproven": True},
-        )
-        return dec.Decision(records, (note,), (), refusal)
-    if not dec.comes_from(presenter, peer):
-        note = dec.Note(
-            LedgerKind.DETECTION,
-            "token_check_failed",
-            f"instance {request.instance_id}: {why}; from "
-            f"{peer or 'an unknown address'}, not the instance's address "
-            f"({presenter.listed_ip or presenter.enrolled_from or 'none'}): refused, nothing "
-            "changed",
-            instance=request.instance_id,
-            data={"boot_id": request.boot_id, "refused": "token_check_failed", "unproven": True},
-        )
-        return dec.Decision(records, (note,), (), refusal)
-    message = f"instance {request.instance_id}: {why} (from its own address {peer})"
-    updated = dec.put(records, dec.doomed(presenter, "token_check_failed", now))
-    if presenter.cert_serial is not None:
-        updated = dec.revoke(updated, presenter.cert_serial)
-    notes = (
-        dec.Note(
-            LedgerKind.DETECTION,
-            "token_check_failed",
-            message,
-            record=presenter.id,
-            instance=request.instance_id,
-            data={"boot_id": request.boot_id, "refused": "token_check_failed", "peer": peer},
-        ),
-    )
-    destroy = dec.destroy(presenter, "token_check_failed", "the token check failed")
-    return dec.Decision(updated, notes, (destroy,), refusal)
-
-
-def _refuse(
-    records: Records,
-    request: EnrollRequest,
-    record: InstanceRecord,
-    error: str,
-    message: str,
-    *,
-    status: int = 403,
-) -> dec.Decision[Admission]:
-    note = dec.Note(
-        LedgerKind.DETECTION,
-        _LEDGER_CLASS[error],
-        f"enrollment of instance {request.instance_id} refused ({error}): {message}",
-        record=record.id,
-        instance=request.instance_id,
-        data={"boot_id": request.boot_id, "refused": error},
-    )
-    return dec.Decision(records, (note,), (), dec.Refusal(status, error, message))
-
-
-# Refusal codes and the ledger classes they are kept under (reconciler/model/routing.py).
-_LEDGER_CLASS = {
-    "late_candidate": "late_candidate",
-    "second_enrollment": "second_enrollment",
-    "token_reused": "token_reused",
-    "token_expired": "token_expired",
-    "not_a_candidate": "late_candidate",
-}
+    return refuse(records, request, record, "token_reused", "the join token was already used")
 
 
 def _breaker_reset(records: Records, record: InstanceRecord) -> dict[str, BreakerState]:

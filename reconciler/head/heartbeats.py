@@ -115,15 +115,18 @@ def busy(beat: Heartbeat) -> bool:
     return moved / seconds >= NET_BUSY_BYTES_PER_SECOND
 
 
-def _problem(
+def holder_problem(
     records: Records,
     identity: WorkerIdentity,
     record: InstanceRecord | None,
-    beat: Heartbeat,
     *,
     cluster: str,
     lineage: str,
 ) -> tuple[str, str] | None:
+    """Why the holder of a certificate this cluster's CA signed is no longer a worker here (error
+    code, reason), or None: its serial is revoked, it is of another cluster, the record it names
+    is not ours or has ended. A heartbeat and a resume (`enrollment.resume`) both ask this first,
+    then check the record's worker against the certificate in their own terms."""
     if identity.serial in records.revoked_certs:
         return "revoked", f"certificate {identity.serial:x} is revoked"
     if identity.cluster != cluster:
@@ -135,6 +138,21 @@ def _problem(
             "unknown_worker",
             f"record {record.id} has ended ({record.ended_reason or 'destroyed'})",
         )
+    return None
+
+
+def _problem(
+    records: Records,
+    identity: WorkerIdentity,
+    record: InstanceRecord | None,
+    beat: Heartbeat,
+    *,
+    cluster: str,
+    lineage: str,
+) -> tuple[str, str] | None:
+    holder = holder_problem(records, identity, record, cluster=cluster, lineage=lineage)
+    if holder is not None or record is None:
+        return holder or ("unknown_worker", f"record {identity.record_id} is not a worker of ours")
     if record.role is not Role.WORKER or record.vast_id != identity.instance_id:
         return (
             "unknown_worker",

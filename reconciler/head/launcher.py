@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from reconciler.clock import Clock
 from reconciler.head import tokens
@@ -24,6 +25,9 @@ from reconciler.head.answers import HeadEndpoints, PortPlan
 from reconciler.model.observed import CreatedInstance, CreateRequest
 from reconciler.model.records import InstanceRecord, JoinToken, Records
 from reconciler.model.spec import ClusterSpec, NodeType
+
+if TYPE_CHECKING:
+    from reconciler.head.app import HeadApp
 
 # The container's environment (the agent reads these; `docs` in the agent's config module).
 ENV_PROTOCOL = "RV_PROTOCOL"
@@ -78,6 +82,32 @@ class AgentLauncher:
         # Extra agent settings for every container, e.g. RV_RAY_COMMAND (the `ray` to run).
         self.agent_env = dict(agent_env or {})
         self._pending: dict[str, JoinToken] = {}
+
+    @classmethod
+    def for_app(
+        cls,
+        app: HeadApp,
+        *,
+        vast_url: str,
+        clock: Clock,
+        python: str = "python3",
+        forbidden: tuple[str, ...] = (),
+        agent_env: Mapping[str, str] | None = None,
+    ) -> AgentLauncher:
+        """The launcher whose candidates enroll at `app`: its endpoints, its CA, its agent bundle
+        and its port plan go into every create request. A head served on sockets (`HeadService`)
+        and one called in-process (the virtual-time harness) build it the same way."""
+        return cls(
+            endpoints=app.endpoints,
+            ca_pem=app.pki.ca_pem,
+            agent=app.agent,
+            vast_url=vast_url,
+            clock=clock,
+            ports=app.ports,
+            python=python,
+            forbidden=forbidden,
+            agent_env=agent_env,
+        )
 
     def create_request(
         self, spec: ClusterSpec, node_type: NodeType, record: InstanceRecord, *, bid: float | None

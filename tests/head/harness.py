@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from reconciler.applying.applier import Applier
+from reconciler.applying.books import HostBooks
 from reconciler.clock import SystemClock
 from reconciler.head import tls
 from reconciler.head.decisions import put
@@ -377,12 +379,19 @@ def head_world(
         pki = ClusterPki.load_or_create(
             pki_dir(tmp / "state", spec.name), spec.name, spec.head.address, now=clock.now()
         )
+        # the head's own applier, as the watch controller's would be: its specs follow the app's
+        applier = Applier(
+            provider=client,
+            books=HostBooks(shared, writer, lineage),
+            now=clock.now,
+            specs=lambda: {service.app.spec.name: service.app.spec},
+        )
         service = HeadService(
             spec=spec,
             cluster_pki=pki,
             host=shared,
             ledger=writer,
-            provider=client,
+            applier=applier,
             lineage=lineage,
             clock=clock,
             bind_host="127.0.0.1",
@@ -411,6 +420,7 @@ def head_world(
             yield world
         finally:
             service.stop()
+            applier.stop()
             client.close()
             writer.close()
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.head import pki, tls
-from reconciler.head.service import LIMITS
+from reconciler.head.server import LIMITS
 
 from ..waiting import wait_for
 from .harness import HeadWorld, client_pair, head_world, heartbeat_body

@@ -13,7 +13,7 @@ from typing import Any
 
 from agent import stopping
 from agent.config import Settings
-from agent.lifecycle import DETAIL_LIMIT, Report
+from agent.state import DETAIL_LIMIT, Report
 
 PROTOCOL = 1
 

@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from agent import lifecycle
+from agent.events import describe, error_code
 
 
 class TransportError(OSError):
@@ -38,10 +38,10 @@ class Reply:
 
     def error(self) -> str:
         """The head's error code of a refusal (agent-error.v1.json), or ''."""
-        return lifecycle.error_code(self.doc)
+        return error_code(self.doc)
 
     def describe(self) -> str:
-        return lifecycle.describe(self.status, self.doc)
+        return describe(self.status, self.doc)
 
 
 def pinned_context(ca_pem: str, *, cert_pem: str = "", key_pem: str = "") -> ssl.SSLContext:

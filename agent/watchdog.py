@@ -53,8 +53,23 @@ from agent import (
     sampling,
     transport,
 )
+from agent.commands import (
+    Command,
+    DestroySelf,
+    Exit,
+    ForgetIdentity,
+    Log,
+    SaveIdentity,
+    SendEnroll,
+    SendHeartbeat,
+    SendReport,
+    SendResume,
+    StartRay,
+    StopRay,
+    WakeAt,
+)
 from agent.config import Settings
-from agent.lifecycle import (
+from agent.events import (
     BootstrapError,
     DestroyAnswered,
     EnrollAnswered,
@@ -71,6 +86,7 @@ from agent.lifecycle import (
     Started,
     Tick,
 )
+from agent.state import LIVE_PHASES, Timings, initial
 
 PROTOCOL = messages.PROTOCOL
 LOOP_SECONDS = 0.2  # how often Ray is polled and signals are taken while nothing is due
@@ -107,8 +123,8 @@ class Watchdog:
         self.env = env
         self.log = log
         self.sampler = sampler or sampling.Sampler(count_network=sampling.counts_network(env))
-        self.state = lifecycle.initial(
-            lifecycle.Timings.of(settings), started=boot.started, record_id=settings.record_id
+        self.state = initial(
+            Timings.of(settings), started=boot.started, record_id=settings.record_id
         )
         self.events: deque[Event] = deque()
         self.wake: float | None = None
@@ -138,7 +154,7 @@ class Watchdog:
         try:
             saved, found = identity.load(self.env, self.settings.instance_id)
             self.log(found)
-            self.state = lifecycle.initial(
+            self.state = initial(
                 self.state.timings,
                 started=self.boot.started,
                 record_id=self.settings.record_id,
@@ -219,45 +235,45 @@ class Watchdog:
 
     # --- the machine's commands ----------------------------------------------------------------
 
-    def _execute(self, command: lifecycle.Command) -> None:
-        if isinstance(command, lifecycle.Log):
+    def _execute(self, command: Command) -> None:
+        if isinstance(command, Log):
             self.log(command.message)
-        elif isinstance(command, lifecycle.WakeAt):
+        elif isinstance(command, WakeAt):
             self.wake = command.at
-        elif isinstance(command, lifecycle.SendEnroll):
+        elif isinstance(command, SendEnroll):
             self.events.append(self._enroll(command))
-        elif isinstance(command, lifecycle.SendResume):
+        elif isinstance(command, SendResume):
             self.events.append(self._resume(command))
-        elif isinstance(command, lifecycle.StartRay):
+        elif isinstance(command, StartRay):
             self._start_ray(command)
-        elif isinstance(command, lifecycle.SendHeartbeat):
+        elif isinstance(command, SendHeartbeat):
             self.events.append(self._heartbeat(command))
-        elif isinstance(command, lifecycle.SendReport):
+        elif isinstance(command, SendReport):
             self.events.append(self._report(command))
         else:
             self._execute_ending(command)
 
-    def _execute_ending(self, command: lifecycle.Command) -> None:
+    def _execute_ending(self, command: Command) -> None:
         """The commands of the endings: Ray stopped, the identity kept or forgotten, the
         self-destroy, PID 1's exit."""
-        if isinstance(command, lifecycle.StopRay):
+        if isinstance(command, StopRay):
             self._stop_ray(command.grace)
-        elif isinstance(command, lifecycle.DestroySelf):
+        elif isinstance(command, DestroySelf):
             confirmed, what = ending.destroy_once(self.settings, timeout=command.timeout)
             self.events.append(DestroyAnswered(confirmed, what))
-        elif isinstance(command, lifecycle.SaveIdentity):
+        elif isinstance(command, SaveIdentity):
             self.events.append(self._save_identity(command))
-        elif isinstance(command, lifecycle.ForgetIdentity):
+        elif isinstance(command, ForgetIdentity):
             try:
                 identity.forget(self.env)
             except OSError as exc:  # the head has taken the resume: a leftover is refused later
                 self.log(f"the saved identity could not be removed: {exc}")
-        elif isinstance(command, lifecycle.Exit):
+        elif isinstance(command, Exit):
             self._exit(command.code)
         else:
             raise TypeError(f"not an agent command: {command!r}")
 
-    def _enroll(self, command: lifecycle.SendEnroll) -> Event:
+    def _enroll(self, command: SendEnroll) -> Event:
         body = messages.enroll_body(
             self.settings,
             boot_id=self.boot.boot_id,
@@ -276,7 +292,7 @@ class Watchdog:
             return EnrollFailed(reply)
         return EnrollAnswered(reply.status, reply.doc)
 
-    def _resume(self, command: lifecycle.SendResume) -> Event:
+    def _resume(self, command: SendResume) -> Event:
         saved = self.state.saved or {}
         cert = saved["certificate"]
         body = messages.resume_body(
@@ -304,7 +320,7 @@ class Watchdog:
             return ResumeFailed(reply)
         return ResumeAnswered(reply.status, reply.doc)
 
-    def _save_identity(self, command: lifecycle.SaveIdentity) -> Event:
+    def _save_identity(self, command: SaveIdentity) -> Event:
         try:
             identity.save(self.env, self.settings.instance_id, command.identity)
         except OSError as exc:
@@ -332,7 +348,7 @@ class Watchdog:
             )
         return self._runtime
 
-    def _start_ray(self, command: lifecycle.StartRay) -> None:
+    def _start_ray(self, command: StartRay) -> None:
         answer = command.answer
         ray = answer["ray"]
         cert = answer["certificate"]
@@ -357,7 +373,7 @@ class Watchdog:
         except OSError as exc:
             self.events.append(BootstrapError(f"cannot start Ray ({plan.argv[0]}): {exc}"))
 
-    def _heartbeat(self, command: lifecycle.SendHeartbeat) -> Event:
+    def _heartbeat(self, command: SendHeartbeat) -> Event:
         ray = self.ray
         if ray is None:
             return HeartbeatFailed("Ray was not started")
@@ -392,7 +408,7 @@ class Watchdog:
             return HeartbeatFailed(reply)
         return HeartbeatAnswered(reply.status, reply.doc)
 
-    def _report(self, command: lifecycle.SendReport) -> Event:
+    def _report(self, command: SendReport) -> Event:
         if not self.settings.head_address:
             return ReportDone(None, error="no head to report to")
         body = messages.report_body(
@@ -430,7 +446,7 @@ class Watchdog:
         self, url: str, *, body: dict[str, Any], context: Any, timeout: float
     ) -> transport.Reply | str:
         """One POST: the reply, or why there was none (no answer, or a signal cut it short)."""
-        self._interruptible = self.state.phase in lifecycle.LIVE_PHASES
+        self._interruptible = self.state.phase in LIVE_PHASES
         try:
             try:
                 if self._interruptible and self._signals:

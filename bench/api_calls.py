@@ -17,7 +17,7 @@ as steady only once no record holds such a deadline; from then on the listings c
 reconcile cadence alone (the `every` column: virtual seconds between the measured reconciles),
 and `measured` per `every` seconds is the whole steady cost.
 
-Everything on the path is the real code, in one process, on virtual time (`bench.harness.fleet`):
+Everything on the path is the real code, in one process, on virtual time (`fleetsim.harness.fleet`):
 vastsim on a `VirtualClock` with a generated market of single-GPU machines (`Timing.instant()`: no
 provisioning delays, though an image pull still takes its size over the host's speed); the real
 vast client over `InProcessTransport`, pacing off; the real `Controller` (planner, nets, executor,
@@ -32,7 +32,7 @@ worker is one of its own agent's enrollments. The ramp-up's requests are printed
 
 One part is lighter than production, as in `bench/fleet.py`: the controller's journal keeps the
 typed records instead of re-encoding the whole state into the store at every save
-(`bench.fleet.TypedJournal`). Every heartbeat is a save, and re-encoding a 1,000-record state
+(`fleetsim.harness.TypedJournal`). Every heartbeat is a save, and re-encoding a 1,000-record state
 1,000 times every 30 virtual seconds would take minutes per simulated minute (N = 100 already
 takes 26 s instead of 0.6 s); the store never talks to vast, so no count changes (`--real-store`
 runs the real one and prints the same counts).
@@ -61,8 +61,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/api_calls.py`: the root holds `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fleet import TypedJournal
-from bench.harness import Fleet, fleet
+from fleetsim.harness import Fleet, fleet
 from reconciler.model.plan import ActionKind
 from reconciler.model.records import Intent, Role
 from reconciler.model.spec import ClusterSpec
@@ -141,10 +140,8 @@ def world(instances: int, *, real_store: bool = False) -> Iterator[Fleet]:
             market=market(instances),
             timing=Timing.instant(),
             working=lambda now: True,
+            typed=not real_store,
         ) as f:
-            if not real_store:
-                j = f.controller.journal
-                f.controller.use_journal(TypedJournal(j.store, j.ledger, j.snapshot))
             yield f
     finally:
         tempfile.tempdir = old

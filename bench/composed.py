@@ -17,7 +17,7 @@ Printed by `bench/fleet.py` beside its table (issue 12), and runnable alone::
   build's planner destroyed the other cluster's healthy workers at every reconcile that did not
   name it).
 
-Everything runs on virtual time through `bench.harness` (real planner, nets, executor, heads,
+Everything runs on virtual time through `fleetsim.harness` (real planner, nets, executor, heads,
 ledger, the agent's state machine in every container); the figures are deterministic.
 """
 
@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as `python bench/composed.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.agents import ContainerFault, Image
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
 

@@ -1,6 +1,6 @@
 """From Ray's demand to the first create call: how long a user waits before ray-vast rents.
 
-The whole controller on virtual time (`bench.harness.fleet`: real planner, executor, heads and
+The whole controller on virtual time (`fleetsim.harness.fleet`: real planner, executor, heads and
 agents against vastsim): a cluster sits at zero workers; at a random moment Ray starts asking for
 one worker; the figure is the time from that moment to the first create call vastsim sees. Run
 once with the controller reading Ray's demand every 2 s between reconciles (as `watch` and `up`
@@ -33,8 +33,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import START, fleet
 from bench.live import free_port, wait_for
+from fleetsim.harness import START, fleet
 from reconciler.model.observation import NodeKey
 from reconciler.spec.loader import load_texts
 from vastsim.faults import CREATE_ROUTE
@@ -63,7 +63,7 @@ def first_create_after(seed: int, *, check: float | None) -> float:
     (spec,) = load_texts([("d.yaml", SPEC)]).clusters
     rng = random.Random(f"demand:{seed}")
     with fleet(spec) as f:
-        f.controller.demand_check_seconds = check
+        f.controller.agenda.demand_check_seconds = check
         f.advance(START + 120)  # settled: nothing wanted, nothing rented
         asked = f.clock.now() + rng.uniform(0, 60)
         want: dict[NodeKey, int] = {("d", "gpu"): 1}

@@ -88,14 +88,14 @@ from fleetsim.mix import FLEET_MIX, Fate, Mix
 from fleetsim.report import minutes, times
 from fleetsim.scenario import Config as SimConfig
 from fleetsim.scenario import rng
-from fleetsim.simulate import Result, TypedJournal, simulate
+from fleetsim.simulate import Result, simulate
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
 from vastsim import Market
 from vastsim.generate import generate_machines
 from vastsim.market import STANDARD_IMAGES
 
-__all__ = ["FULL", "QUICK", "Config", "PolicyResult", "TypedJournal", "main", "run", "spec_for"]
+__all__ = ["FULL", "QUICK", "Config", "PolicyResult", "main", "run", "spec_for"]
 
 CLUSTER = "fleet"
 NODE_TYPE = "gpu"

@@ -42,15 +42,17 @@ from reconciler.deps import Deps
 from reconciler.head import pki, tls
 from reconciler.head.pki import ClusterPki, Issued, pki_dir
 from reconciler.head.service import HeadService
+from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest, OfferSearch
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role, label_for
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
 from reconciler.model.spec import ClusterSpec
-from reconciler.spec.loader import load_texts
 from reconciler.vast import config as vast_config
 from reconciler.vast.client import VastClient
 from reconciler.vast.factory import client_from_settings
 from reconciler.watch.controller import Controller, TickReport
-from vastsim import Market, RealClock, Server, Sim, Timing, serve
+from tests.head.harness import market
+from tests.specs import load_spec, spec_yaml
+from vastsim import RealClock, Server, Sim, Timing, serve
 
 KEY = "latency-bench-key-3a9e"
 CLUSTER = "lat"
@@ -58,44 +60,21 @@ IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 WORKER = "w0"
 
 
-def market(machines: int) -> Market:
-    return Market.from_dict(
-        {
-            "images": {IMAGE: 1.0},
-            "defaults": {"cached_images": [IMAGE], "storage_cost": 0.1},
-            "machines": [
-                {
-                    "machine_id": 100 + i,
-                    "host_id": 500 + i,
-                    "gpu_name": "RTX 3090",
-                    "num_gpus": 1,
-                    "dph_base": 0.10 + i / 1000,
-                }
-                for i in range(machines)
-            ],
-        }
-    )
-
-
 def spec_for(workers: int) -> ClusterSpec:
-    text = f"""\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {{name: {CLUSTER}}}
-spec:
-  head: {{address: 127.0.0.1}}
-  max_dollars_per_hour: 1000
-  node_types:
-    gpu:
-      min_workers: {workers}
-      max_workers: {workers}
-      candidate_factor: 1
-      image: {IMAGE}
-      disk_gb: 10
-      offer:
-        filters: {{num_gpus: {{eq: 1}}}}
+    body = f"""\
+head: {{address: 127.0.0.1}}
+max_dollars_per_hour: 1000
+node_types:
+  gpu:
+    min_workers: {workers}
+    max_workers: {workers}
+    candidate_factor: 1
+    image: {IMAGE}
+    disk_gb: 10
+    offer:
+      filters: {{num_gpus: {{eq: 1}}}}
 """
-    return load_texts([(f"{CLUSTER}.yaml", text)]).clusters[0]
+    return load_spec(spec_yaml(CLUSTER, body), f"{CLUSTER}.yaml")
 
 
 @dataclass
@@ -137,15 +116,7 @@ def latency_world(
 ) -> Iterator[LatencyWorld]:
     """The controller and its head for a cluster of one serving worker that wants `rentals` more;
     nothing is rented until a tick runs."""
-    sim = Sim(
-        market=market(machines or rentals + 8),
-        clock=RealClock(),
-        api_key=KEY,
-        admin_key="admin",
-        timing=Timing.fast(),
-    )
-    if rate_limits:
-        sim.faults.enable_rate_limits()
+    sim = _sim(machines or rentals + 8, rate_limits=rate_limits)
     clock = SystemClock()
     spec = spec_for(rentals + 1)
     with serve(sim, step_interval=0.05) as server:
@@ -179,7 +150,7 @@ def latency_world(
                 service = HeadService(
                     spec=spec,
                     cluster_pki=cluster_pki,
-                    host=controller,
+                    host=controller.journal,
                     ledger=journal,
                     applier=controller.applier,
                     lineage=journal.lineage,
@@ -196,6 +167,20 @@ def latency_world(
                 controller.applier.stop()
         finally:
             client.close()
+
+
+def _sim(machines: int, *, rate_limits: bool) -> Sim:
+    """vastsim with `machines` machines, with vast's rate limits or without."""
+    sim = Sim(
+        market=market(machines, image=IMAGE, price_scale=1000),
+        clock=RealClock(),
+        api_key=KEY,
+        admin_key="admin",
+        timing=Timing.fast(),
+    )
+    if rate_limits:
+        sim.faults.enable_rate_limits()
+    return sim
 
 
 class _NoLauncherYet:

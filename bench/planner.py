@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import median
 
+from reconciler.model.labels import label_for
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Instance, Offer
 from reconciler.model.plan import Plan
@@ -50,7 +51,6 @@ from reconciler.model.records import (
     RequestStatus,
     Role,
     Slot,
-    label_for,
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning.plan import plan

@@ -1,9 +1,10 @@
 """The four ending policies the fleet benchmark compares, each on the same engine.
 
-Each policy is a set of machine nets for `Controller.machine_nets` (keyed by the schedule's job
-names, so each net keeps its cadence), whether the idle scanner runs, whether the orphan sweep
-runs, and spec overrides. Everything else (planner, listing checks, executor, ledger, routing) is
-the real code, unchanged, so a difference in the bill is a difference of policy alone.
+Each policy is a set of machine nets for the controller's job table (`nets/dispatch.table`, keyed
+by the schedule's job names, so each net keeps its cadence), whether the idle scanner runs,
+whether the orphan sweep runs, and spec overrides. Everything else (planner, listing checks,
+executor, ledger, routing) is the real code, unchanged, so a difference in the bill is a
+difference of policy alone.
 
 1. `ray-vast`: the default controller, as specified (five nets and the money chain).
 2. `merged`: the heartbeat nets (never-reported, went-silent, lost) replaced by ONE permissive
@@ -25,10 +26,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from reconciler.model.records import InstanceRecord
+from reconciler.nets import dispatch
 from reconciler.nets.base import NetResult, Specs, serving_workers
 from reconciler.nets.detection import Detection
+from reconciler.nets.dispatch import MACHINE_NETS, MachineNet
 from reconciler.nets.reaper import Gate, refusal
-from reconciler.watch.controller import MACHINE_NETS, Controller, MachineNet
+from reconciler.watch.controller import Controller
 
 MERGED_THRESHOLD = 1800.0
 # Routed through the real table: the merged check ends a machine the way went-silent does.
@@ -85,10 +88,9 @@ class Policy:
 
     def apply(self, controller: Controller) -> None:
         """Plug this policy into a freshly built controller (before its first tick)."""
-        controller.machine_nets = dict(self.machine_nets)
-        controller.idle_scanner = self.idle_scanner
+        controller.use_nets(dispatch.table(self.machine_nets, idle_scanner=self.idle_scanner))
         if not self.orphan_sweep:
-            for schedule in controller.schedules.values():
+            for schedule in controller.agenda.schedules.values():
                 schedule.periods["orphan_sweep"] = math.inf
 
 

@@ -21,7 +21,6 @@ from fleetsim.adversary import BROKEN_IMAGES, Event, WorkSchedule, World
 from fleetsim.agents import ContainerFault, Image, Span
 from fleetsim.harness import START, Fleet, fleet
 from fleetsim.invariants import Counterexample, Judge, Key, Violation
-from fleetsim.simulate import TypedJournal
 from reconciler.applying.search import offer_search
 from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
@@ -318,9 +317,7 @@ def run(seed: int, hours: float, *, stop_at_first: bool = False) -> Outcome:
     the run ends at its first counterexample, which is what a search needs; a replay goes on)."""
     began = time.perf_counter()
     world = adversary.draw(seed, hours)
-    with fleet(adversary.specs_of(world, {}, {}, set()), market=market(world)) as f:
-        journal = f.controller.journal
-        f.controller.use_journal(TypedJournal(journal.store, journal.ledger, journal.snapshot))
+    with fleet(adversary.specs_of(world, {}, {}, set()), market=market(world), typed=True) as f:
         play = Play(world, f)
         judge = Judge(play)
         judge.stop_at_first = stop_at_first

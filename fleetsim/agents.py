@@ -70,11 +70,24 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent import ending, lifecycle, messages, raynode, transport
-from agent.config import ConfigError, Settings, vast_url
-from agent.lifecycle import (
-    AgentState,
-    BootstrapError,
+from agent.commands import (
     Command,
+    DestroySelf,
+    Exit,
+    ForgetIdentity,
+    Log,
+    SaveIdentity,
+    SendEnroll,
+    SendHeartbeat,
+    SendReport,
+    SendResume,
+    StartRay,
+    StopRay,
+    WakeAt,
+)
+from agent.config import ConfigError, Settings, vast_url
+from agent.events import (
+    BootstrapError,
     DestroyAnswered,
     EnrollAnswered,
     EnrollFailed,
@@ -90,6 +103,7 @@ from agent.lifecycle import (
     Started,
     Tick,
 )
+from agent.state import AgentState, Report, Timings, initial
 from reconciler.head.app import Answer, HeadApp
 from reconciler.model.rayversions import MATCH_LEVEL_ENV, RayVersions
 from vastsim import Behaviour, Container, ContainerSpec, InProcessTransport, Sim
@@ -267,7 +281,7 @@ class AgentWorld:
         boots = self.boots.get(vast_id)
         return boots[-1] if boots else None
 
-    def reports(self) -> list[tuple[int, float, lifecycle.Report]]:
+    def reports(self) -> list[tuple[int, float, Report]]:
         """(instance, when, report) of every report any agent sent, in time order."""
         found = [
             (vast_id, at, report)
@@ -301,7 +315,7 @@ class AgentBehaviour(Behaviour):
         self.ray_drained_at: float | None = None  # Ray accepted an idle drain: its exit is due
         # (when, what was sent or done, the answer's status or None)
         self.trace: list[tuple[float, Command]] = []
-        self.reports: list[tuple[float, lifecycle.Report, int | None]] = []
+        self.reports: list[tuple[float, Report, int | None]] = []
         self.destroys: list[tuple[float, bool, str]] = []
         self.beats: list[tuple[float, int | None]] = []
         self._queue: deque[Event] = deque()
@@ -319,7 +333,7 @@ class AgentBehaviour(Behaviour):
         return self.state.phase if self.state is not None else None
 
     @property
-    def ending(self) -> lifecycle.Report | None:
+    def ending(self) -> Report | None:
         return self.state.ending if self.state is not None else None
 
     @property
@@ -376,11 +390,9 @@ class AgentBehaviour(Behaviour):
             gpus = int(container.env.get("GPU_COUNT", "0") or 0)
             self._push(Started(self._cpus(), gpus), now)
         self.settings = settings
-        timings = lifecycle.Timings.of(settings)
+        timings = Timings.of(settings)
         saved = self.world.disks.get(self.vast_id)
-        self.state = lifecycle.initial(
-            timings, started=now, record_id=settings.record_id, saved=saved
-        )
+        self.state = initial(timings, started=now, record_id=settings.record_id, saved=saved)
         self._log(now, f"agent on vastsim, boot {self.boot_id} of instance {self.vast_id}")
 
     def on_signal(self, container: Container, sig: int, now: float) -> None:
@@ -443,7 +455,7 @@ class AgentBehaviour(Behaviour):
         self.state, commands = lifecycle.step(self.state, event, now)
         self._wake = None
         for command in commands:
-            if not isinstance(command, lifecycle.WakeAt):
+            if not isinstance(command, WakeAt):
                 self.trace.append((now, command))
             self._execute(command, now)
 
@@ -473,23 +485,23 @@ class AgentBehaviour(Behaviour):
         return self.ray_since is not None and self.ray_gone_at is None
 
     def _execute(self, command: Command, now: float) -> None:
-        if isinstance(command, lifecycle.Log):
+        if isinstance(command, Log):
             self._log(now, command.message)
-        elif isinstance(command, lifecycle.WakeAt):
+        elif isinstance(command, WakeAt):
             self._wake = command.at
-        elif isinstance(command, lifecycle.SendEnroll):
+        elif isinstance(command, SendEnroll):
             self._push(self._enroll(now), now)
-        elif isinstance(command, lifecycle.StartRay):
+        elif isinstance(command, StartRay):
             self._start_ray(command, now)
-        elif isinstance(command, lifecycle.SendHeartbeat):
+        elif isinstance(command, SendHeartbeat):
             self._push(self._heartbeat(command, now), now)
-        elif isinstance(command, lifecycle.SendReport):
+        elif isinstance(command, SendReport):
             self._push(self._report(command, now), now)
-        elif isinstance(command, lifecycle.StopRay):
+        elif isinstance(command, StopRay):
             if self._ray_running:
                 self.ray_gone_at = now
                 self._log(now, "stopping Ray (process group)")
-        elif isinstance(command, lifecycle.DestroySelf):
+        elif isinstance(command, DestroySelf):
             self._push(self._destroy(now), now)
         else:
             self._execute_disk(command, now)
@@ -497,15 +509,15 @@ class AgentBehaviour(Behaviour):
     def _execute_disk(self, command: Command, now: float) -> None:
         """A resume, and what a deliberate stop does: the identity kept or forgotten on the
         instance's disk, PID 1's exit."""
-        if isinstance(command, lifecycle.SendResume):
+        if isinstance(command, SendResume):
             self._push(self._resume(now), now)
-        elif isinstance(command, lifecycle.SaveIdentity):
+        elif isinstance(command, SaveIdentity):
             self.world.disks[self.vast_id] = dict(command.identity)
             self._log(now, "identity kept on the instance's disk")
             self._push(IdentitySaved(True), now)
-        elif isinstance(command, lifecycle.ForgetIdentity):
+        elif isinstance(command, ForgetIdentity):
             self.world.disks.pop(self.vast_id, None)
-        elif isinstance(command, lifecycle.Exit):
+        elif isinstance(command, Exit):
             self._log(now, f"PID 1 exits ({command.code}) without destroying")
             self.alive = False
             self.exited_at = now
@@ -557,7 +569,7 @@ class AgentBehaviour(Behaviour):
             self.world.on_resumed(self.vast_id, now)
         return ResumeAnswered(status, doc)
 
-    def _start_ray(self, command: lifecycle.StartRay, now: float) -> None:
+    def _start_ray(self, command: StartRay, now: float) -> None:
         settings, _ = self._ready()
         ray = command.answer["ray"]
         self._cert_der = ssl.PEM_cert_to_DER_cert(command.answer["certificate"]["cert_pem"])
@@ -579,7 +591,7 @@ class AgentBehaviour(Behaviour):
         self._log(now, "starting Ray: " + " ".join(plan.argv[:3]) + " ...")
         self.ray_since = now
 
-    def _heartbeat(self, command: lifecycle.SendHeartbeat, now: float) -> Event:
+    def _heartbeat(self, command: SendHeartbeat, now: float) -> Event:
         settings, state = self._ready()
         since = self.ray_since if self.ray_since is not None else now
         body = messages.heartbeat_body(
@@ -628,7 +640,7 @@ class AgentBehaviour(Behaviour):
             "gpu_source": "nvml" if gpus else None,
         }
 
-    def _report(self, command: lifecycle.SendReport, now: float) -> Event:
+    def _report(self, command: SendReport, now: float) -> Event:
         settings, _ = self._ready()
         if not settings.head_address:
             self.reports.append((now, command.report, None))

@@ -22,7 +22,8 @@ from fleetsim.invariants import (
     within,
 )
 from reconciler.model import cost
-from reconciler.model.records import InstanceRecord, Intent, Records, parse_label
+from reconciler.model.labels import parse_label
+from reconciler.model.records import InstanceRecord, Intent, Records
 from vastsim.instances import Instance
 
 ORPHAN_SWEEP = 300.0

@@ -2,8 +2,8 @@
 against an in-process vastsim.
 
 Used by the virtual-day test (`tests/watch/test_virtual_day.py`), the storm tests, the fleet
-benchmark and `ray-vast simulate` (`fleetsim.simulate`: it is packaged for that, and
-`bench.harness` still names it). Every part on the path is real: vastsim on a `VirtualClock`,
+benchmark and `ray-vast simulate` (`fleetsim.simulate`: it is packaged for that). Every part on
+the path is real: vastsim on a `VirtualClock`,
 the vast client over `InProcessTransport`, the `Controller` (planner, nets, executor, journal,
 ledger), and per cluster a head: its PKI (`reconciler.watch.headside.cluster_pki`), its
 `HeadApp` (schemas, decisions, the records lock, the ledger) called in-process, and its launcher
@@ -34,7 +34,6 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fleetsim.agents import DOCKER_STOP_GRACE, AgentBehaviour, AgentWorld, ContainerFault
 from reconciler import rayruntime
@@ -45,19 +44,21 @@ from reconciler.head.answers import HeadEndpoints
 from reconciler.head.app import HeadApp
 from reconciler.head.launcher import AgentLauncher
 from reconciler.model.codec import encode
+from reconciler.model.labels import parse_label
 from reconciler.model.observation import NodeKey
 from reconciler.model.rayversions import RayVersions
-from reconciler.model.records import Records, parse_label
+from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.state.filestore import FileStore
-from reconciler.state.ledger import LedgerKind, LedgerWriter, ledger_path
+from reconciler.state.ledger import LedgerWriter, ledger_path
 from reconciler.state.memory import MemoryStore
 from reconciler.state.store import StateStore
 from reconciler.vast.client import VastClient
 from reconciler.vast.config import ClientSettings
 from reconciler.vast.factory import client_from_settings
-from reconciler.watch.controller import AgentSignals, Controller
+from reconciler.watch.controller import Controller
 from reconciler.watch.headside import ByCluster, cluster_pki
+from reconciler.watch.signals import AgentSignals
 from vastsim import InProcessTransport, Market, ScriptedRunner, Sim, Timing, VirtualClock
 
 API_KEY = "harness-api-key-7c1d"
@@ -119,28 +120,33 @@ class DemandSignals(AgentSignals):
         return self.work_at(self.clock.now(), records)
 
 
-class ControllerLedger:
-    """The heads' ledger sink: whatever journal the controller holds now (a benchmark may swap
-    in another after the fleet is built)."""
+@dataclass
+class TypedJournal(Journal):
+    """The controller's journal, keeping the typed records instead of re-encoding the state.
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    The real `Journal.save` encodes the whole state and the store redacts, encodes and decodes
+    it again, on every change; the controller then goes on with the very records object it
+    handed in (the real journal caches that object), so no decision ever reads what the round
+    trip produced. Destroyed records are kept until retention drops them, so the round trip
+    grows with every rental and would dominate a long run. Skipping it changes no figure
+    (`simulate(real_store=True)` runs the real one); the ledger is still written by the real
+    `LedgerWriter`."""
 
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.controller.journal.log(
-            cluster, kind, cls, message, record=record, instance=instance, dph=dph, data=data
-        )
+    _current: Records | None = None
+    _saves: int = 0
+
+    @property
+    def serial(self) -> int:
+        return self.snapshot.serial + self._saves
+
+    def records(self) -> Records:
+        return self._current if self._current is not None else super().records()
+
+    def save(self, records: Records) -> None:
+        if records == self.records():
+            return
+        self._current = records
+        self._saves += 1
 
 
 @dataclass
@@ -223,13 +229,15 @@ def fleet(
     versions: RayVersions | None = None,
     images: Mapping[str, RayVersions] | None = None,
     state_dir: Path | None = None,
+    typed: bool = False,
 ) -> Iterator[Fleet]:
     """A controller for `specs` (one cluster or several), one head per cluster, vastsim with the
     agent in every container of ours; torn down (every instance destroyed) on exit. `versions`
     is the Ray and Python the heads run (this process's by default) and every image runs unless
     `images` names another for it. `state_dir`: the state is a real state file there (locked
     while the fleet runs), with the ledger and the heads' PKI beside it, and is kept; else all of
-    it is in memory and a temporary directory."""
+    it is in memory and a temporary directory. `typed`: the journal keeps the typed records
+    instead of re-encoding the state on every change (`TypedJournal`: the long runs' choice)."""
     clusters = [specs] if isinstance(specs, ClusterSpec) else list(specs)
     bundle = AgentBundle.load()
     world = AgentWorld(bootloader=bundle.bootloader)
@@ -275,7 +283,7 @@ def fleet(
             client,
             LedgerWriter.open(ledger_path(where), clock=clock, secrets=(API_KEY,)) as ledger,
         ):
-            journal = Journal(store, ledger, snapshot)
+            journal = (TypedJournal if typed else Journal)(store, ledger, snapshot)
             controller = Controller(
                 specs={spec.name: spec for spec in clusters},
                 journal=journal,
@@ -317,7 +325,6 @@ def _heads(
     (virtual) ports: nothing is bound, the agents call the apps in-process."""
     heads: dict[str, HeadApp] = {}
     taken: set[tuple[str, int]] = set()
-    ledger = ControllerLedger(controller)
     for spec in clusters:
         head = spec.head
         enroll, beat = head.enroll_port, head.heartbeat_port
@@ -327,8 +334,8 @@ def _heads(
         heads[spec.name] = HeadApp(
             spec=spec,
             cluster_pki=cluster_pki(state_dir, spec, clock.now()),
-            host=controller,
-            ledger=ledger,
+            host=controller.journal,
+            ledger=controller.journal,
             applier=controller.applier.in_caller(),
             lineage=controller.journal.lineage,
             clock=clock,

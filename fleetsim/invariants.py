@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 from fleetsim.harness import START
 from reconciler.model import cost
-from reconciler.model.records import InstanceRecord, Intent, Records, Role, parse_label
+from reconciler.model.labels import parse_label
+from reconciler.model.records import InstanceRecord, Intent, Records, Role
 from reconciler.state.ledger import read_ledger
 
 if TYPE_CHECKING:

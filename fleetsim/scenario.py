@@ -29,8 +29,8 @@ from fleetsim.agents import ContainerFault, Image, Span
 from fleetsim.harness import START, Fleet
 from fleetsim.mix import DRAWN, FLEET_MIX, WORKING, Fate, Mix
 from reconciler.applying.search import offer_search
+from reconciler.model.labels import label_for, parse_label
 from reconciler.model.observed import CreateRequest
-from reconciler.model.records import label_for, parse_label
 from reconciler.model.spec import Watchdogs
 from reconciler.planning.offers import unfit_reason
 from reconciler.spec.loader import load_texts

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetsim.harness import Fleet, fleet
+from fleetsim.harness import Fleet, TypedJournal, fleet
 from fleetsim.mix import CLASSES, Fate
 from fleetsim.scenario import (
     Config,
@@ -47,7 +47,6 @@ from fleetsim.scenario import (
     Tracked,
     default_windows,
 )
-from reconciler.applying.journal import Journal
 from reconciler.model import cost
 from reconciler.model.codec import encode
 from reconciler.model.records import Intent, Records, Role
@@ -65,7 +64,6 @@ __all__ = [
     "Config",
     "Result",
     "Scenario",
-    "TypedJournal",
     "default_windows",
     "market",
     "percentile",
@@ -84,35 +82,6 @@ def market(config: Config) -> Market:
     machines = [dataclasses.replace(m, traits=Traits()) for m in shipped.machines.values()]
     machines += generate_machines(config.seed, GENERATED_MACHINES)
     return Market(machines, images={**STANDARD_IMAGES, **shipped.images})
-
-
-@dataclass
-class TypedJournal(Journal):
-    """The controller's journal, keeping the typed records instead of re-encoding the state.
-
-    The real `Journal.save` encodes the whole state and the store redacts, encodes and decodes
-    it again, on every change; the controller then goes on with the very records object it
-    handed in (the real journal caches that object), so no decision ever reads what the round
-    trip produced. Destroyed records are kept until retention drops them, so the round trip
-    grows with every rental and would dominate a long run. Skipping it changes no figure
-    (`simulate(real_store=True)` runs the real one); the ledger is still written by the real
-    `LedgerWriter`."""
-
-    _current: Records | None = None
-    _saves: int = 0
-
-    @property
-    def serial(self) -> int:
-        return self.snapshot.serial + self._saves
-
-    def records(self) -> Records:
-        return self._current if self._current is not None else super().records()
-
-    def save(self, records: Records) -> None:
-        if records == self.records():
-            return
-        self._current = records
-        self._saves += 1
 
 
 # --- accounting ------------------------------------------------------------------------------
@@ -416,14 +385,13 @@ def simulate(
     with (
         _temporary_files_in_memory(),
         fleet(
-            list(specs), market=market(config) if offers is None else offers, state_dir=state_dir
+            list(specs),
+            market=market(config) if offers is None else offers,
+            state_dir=state_dir,
+            typed=not real_store,
         ) as f,
     ):
-        typed: TypedJournal | None = None
-        if not real_store:
-            j = f.controller.journal
-            typed = TypedJournal(j.store, j.ledger, j.snapshot)
-            f.controller.use_journal(typed)
+        typed = f.controller.journal if isinstance(f.controller.journal, TypedJournal) else None
         if prepare is not None:
             prepare(f.controller)
         scenario = Scenario(config, f, windows=windows, pull_limit=float(pull_limit))

@@ -16,6 +16,7 @@ from typing import TextIO
 from reconciler.applying.journal import Journal, records_of
 from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
+from reconciler.errors import InputError
 from reconciler.model.codec import encode
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
@@ -122,7 +123,7 @@ class Deps:
 def _one_url(specs: list[ClusterSpec]) -> str | None:
     urls = {s.provider.url for s in specs}
     if len(urls) > 1:
-        raise ValueError(
+        raise InputError(
             "the specs name more than one provider URL; run ray-vast on one directory per provider"
         )
     return next(iter(urls), None)

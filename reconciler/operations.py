@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler import __version__, planfile
@@ -17,12 +17,15 @@ from reconciler.applying.executor import ApplyResult, Executor
 from reconciler.applying.journal import Journal, records_of
 from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.observe import observe_and_plan
+from reconciler.applying.pinlog import log_pin
 from reconciler.applying.provider import Provider
+from reconciler.applying.teardown import DownOutcome, close_records, down_outcome, wait_gone
 from reconciler.deps import Deps
+from reconciler.errors import RayVastError
 from reconciler.model import cost as cost_model
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Plan
-from reconciler.model.records import Intent, Phase, Records
+from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import pins, teardown
 from reconciler.planning.guards import mass_destroys
@@ -30,10 +33,11 @@ from reconciler.planning.pins import PinOrder
 from reconciler.planning.plan import fingerprint, touched
 from reconciler.state import orders
 from reconciler.state.errors import Liveness, StateLockedError
-from reconciler.state.ledger import LedgerKind, ledger_path, read_ledger
+from reconciler.state.ledger import ledger_path, read_ledger
 from reconciler.vast.errors import VastError
 from reconciler.views import cost as cost_view
 from reconciler.views import ledger as ledger_view
+from reconciler.views import pins as pins_view
 from reconciler.views import plan as plan_view
 from reconciler.views import progress
 from reconciler.views import status as status_view
@@ -44,7 +48,7 @@ EXIT_ERROR = 1
 EXIT_CHANGES = 2
 
 
-class OperationError(Exception):
+class OperationError(RayVastError):
     """A refusal to go on, with a message for the person at the terminal."""
 
 
@@ -290,99 +294,89 @@ def down(
     """
     provider = deps.provider([s for s in specs if s.name == cluster])
     with deps.journal("down") as journal:
-        try:
-            listing = provider.list_instances()
-        except VastError as exc:
-            raise OperationError(
-                f"cannot list vast's instances ({exc}); nothing destroyed"
-            ) from exc
-        plan = teardown.down_plan(
-            cluster,
-            listing,
-            journal.records(),
-            lineage=journal.lineage,
-            serial=journal.serial,
-            now=deps.clock.now(),
-        )
-        targets = [i for i in listing if teardown.labelled_for(i, cluster)]
+        plan, targets = _down_plan(deps, journal, provider, cluster)
         deps.out.write(status_view.down_listing(cluster, targets, journal.lineage))
         if head is not None:
             deps.out.write(f"ray-vast down {cluster} will stop {head.description}.\n")
         if not targets and head is None:
-            _close_records(journal, cluster, deps.clock.now())
+            close_records(journal, cluster, deps.clock.now())
             return EXIT_OK
-        if not auto_approve:
-            confirm(deps, "down")
-        if deps.stop_requested():
-            raise OperationError("Down interrupted before anything was stopped or destroyed.")
+        _approve_down(deps, auto_approve=auto_approve)
         if head is not None and head.stop():
             deps.out.write(f"Ray head of {cluster} stopped.\n")
         if not targets:
-            _close_records(journal, cluster, deps.clock.now())
+            close_records(journal, cluster, deps.clock.now())
             return EXIT_OK
-        result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=None)
-        failed = {a.vast_id for a, _ in result.failed if a.vast_id is not None}
-        undone = {a.vast_id for a in plan.actions if a.vast_id is not None} - failed
-        undone -= {a.vast_id for a in result.done if a.vast_id is not None}
-        pending = {a.vast_id for a in result.done if a.vast_id is not None}
-        with progress.waiting(
-            f"Waiting for vast to confirm {len(pending)} destroy(s)", out=deps.out, env=deps.env
-        ):
-            remaining = _wait_gone(deps, provider, pending)
-        if not failed and not remaining and not undone:
-            _close_records(journal, cluster, deps.clock.now())
-    if not result.interrupted and remaining and deps.stop_requested():
+        outcome = _destroy_all(deps, journal, provider, specs, plan)
+        if outcome.complete:
+            close_records(journal, cluster, deps.clock.now())
+    return _down_said(deps, cluster, len(targets), outcome)
+
+
+def _down_plan(
+    deps: Deps, journal: Journal, provider: Provider, cluster: str
+) -> tuple[Plan, list[Instance]]:
+    """The down plan from vast's listing (no listing, nothing is destroyed), and the instances
+    with the cluster's label that it ends."""
+    try:
+        listing = provider.list_instances()
+    except VastError as exc:
+        raise OperationError(f"cannot list vast's instances ({exc}); nothing destroyed") from exc
+    plan = teardown.down_plan(
+        cluster,
+        listing,
+        journal.records(),
+        lineage=journal.lineage,
+        serial=journal.serial,
+        now=deps.clock.now(),
+    )
+    return plan, [i for i in listing if teardown.labelled_for(i, cluster)]
+
+
+def _approve_down(deps: Deps, *, auto_approve: bool) -> None:
+    """The person's 'yes' (unless approved already), and no stop asked for meanwhile."""
+    if not auto_approve:
+        confirm(deps, "down")
+    if deps.stop_requested():
+        raise OperationError("Down interrupted before anything was stopped or destroyed.")
+
+
+def _destroy_all(
+    deps: Deps, journal: Journal, provider: Provider, specs: Sequence[ClusterSpec], plan: Plan
+) -> DownOutcome:
+    """The destroys carried out, then vast's confirmation of each one sent awaited."""
+    result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=None)
+
+    def wait(pending: set[int]) -> set[int]:
+        waiting = f"Waiting for vast to confirm {len(pending)} destroy(s)"
+        with progress.waiting(waiting, out=deps.out, env=deps.env):
+            return wait_gone(
+                provider, pending, clock=deps.clock, stop_requested=deps.stop_requested
+            )
+
+    return down_outcome(plan, result, wait)
+
+
+def _down_said(deps: Deps, cluster: str, targets: int, outcome: DownOutcome) -> int:
+    """What the person reads of a down once it ended, and its exit code."""
+    remaining = outcome.remaining
+    if not outcome.interrupted and remaining and deps.stop_requested():
         deps.err.write(
             f"\nDown interrupted while vast confirms the destroys of {sorted(remaining)} (all "
             f"sent); state saved. Run `ray-vast down {cluster}` again to see them gone.\n"
         )
         return EXIT_ERROR
-    if result.interrupted:
+    if outcome.interrupted:
         deps.err.write(
-            f"\nDown interrupted; state saved. Not destroyed yet: {sorted(undone)}. "
+            f"\nDown interrupted; state saved. Not destroyed yet: {sorted(outcome.undone)}. "
             f"Run `ray-vast down {cluster}` again.\n"
         )
         return EXIT_ERROR
-    if failed or remaining:
-        deps.err.write(f"Error: still present at vast: {sorted(failed | remaining)}\n")
+    if outcome.failed or remaining:
+        deps.err.write(f"Error: still present at vast: {sorted(outcome.failed | remaining)}\n")
         return EXIT_ERROR
-    deps.out.write(f"\nDown complete: {len(targets)} instance(s) of {cluster} destroyed.\n")
+    deps.out.write(f"\nDown complete: {targets} instance(s) of {cluster} destroyed.\n")
     return EXIT_OK
-
-
-def _wait_gone(deps: Deps, provider: Provider, ids: set[int], timeout: float = 300.0) -> set[int]:
-    """Wait until vast's listing no longer shows `ids`: vast confirms each destroy."""
-    deadline = deps.clock.now() + timeout
-    pause = 0.25
-    while ids and not deps.stop_requested():  # interrupted: the destroys are made, and saved
-        try:
-            listed = {i.id for i in provider.list_instances()}
-        except VastError:
-            listed = ids
-        ids = ids & listed
-        if not ids or deps.clock.now() >= deadline:
-            break
-        deps.clock.sleep(pause)
-        pause = min(pause * 2, 5.0)
-    return ids
-
-
-def _close_records(journal: Journal, cluster: str, now: float) -> None:
-    records = journal.records()
-    closed = {
-        rid: replace(
-            r,
-            intent=Intent.DESTROYED,
-            phase=Phase.DESTROYED,
-            ended_at=now,
-            ended_reason=r.ended_reason or "down",
-        )
-        if r.cluster == cluster and r.live
-        else r
-        for rid, r in records.instances.items()
-    }
-    journal.save(replace(records, instances=closed))
-    journal.log(cluster, LedgerKind.OUTCOME, "down", f"cluster {cluster} is down")
 
 
 # --- status --------------------------------------------------------------------------------
@@ -473,7 +467,7 @@ def pin(deps: Deps, order: PinOrder) -> int:
             "it within a second (`ray-vast ledger --class pin` shows it, `status` the pin).\n"
         )
         return EXIT_OK
-    deps.out.write(_said(outcome, order) + "\n")
+    deps.out.write(pins_view.said(outcome, order) + "\n")
     return EXIT_OK
 
 
@@ -482,37 +476,3 @@ def _decided(records: Records, order: PinOrder, lineage: str, now: float) -> pin
         return pins.decide(records, order, lineage=lineage, now=now)
     except pins.PinRefused as exc:
         raise OperationError(str(exc)) from exc
-
-
-def log_pin(journal: Journal, outcome: pins.PinOutcome) -> None:
-    record = outcome.record
-    journal.log(
-        record.cluster,
-        LedgerKind.DECISION,
-        outcome.cls,
-        outcome.message,
-        record=record.id,
-        instance=record.vast_id,
-        data=outcome.data,
-    )
-
-
-def _said(outcome: pins.PinOutcome, order: PinOrder) -> str:
-    record = outcome.record
-    name = pins.name(record)
-    ray = " Ray reports work on it, which still holds it." if record.pinned else ""
-    if order.unpin and not outcome.changed:
-        return f"{name} is not pinned by a person: nothing to unpin.{ray}"
-    if order.unpin:
-        return (
-            f"{name} unpinned (was pinned by {record.pinned_by}): the watchdogs and the money "
-            f"chain may end it again.{ray}"
-        )
-    until = outcome.data.get("until")
-    span = f"until {pins.utc_text(float(until))}" if isinstance(until, float) else "until unpinned"
-    again = " (the previous pin is replaced)" if outcome.data.get("replaces") else ""
-    by = order.who if not order.reason else f"{order.who} ({order.reason})"
-    return (
-        f"{name} pinned {span} by {by}{again}: no watchdog, money-chain step or scale-down will "
-        "stop or destroy it."
-    )

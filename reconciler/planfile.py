@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler import __version__
+from reconciler.errors import RayVastError
 from reconciler.model.codec import decode, encode
 from reconciler.model.plan import Plan
 
@@ -22,7 +23,7 @@ KIND = "ray-vast-plan"
 FILE_VERSION = 1
 
 
-class PlanFileError(Exception):
+class PlanFileError(RayVastError):
     """A plan file that cannot be applied: unreadable, from another version, or stale."""
 
 

@@ -13,9 +13,11 @@ def wait_for(
     what: str = "",
     *,
     step: Callable[[], None] | None = None,
+    every: float = 0.02,
 ) -> Any:
     """Poll until `condition()` is truthy and return its value; fail after `timeout` seconds.
-    `step`: run before each look (a simulator that must be advanced to get there)."""
+    `step`: run before each look (a simulator that must be advanced to get there). `every`: the
+    pause between looks, longer for a look that is itself costly (a `ray status`, a driver)."""
     deadline = time.monotonic() + timeout
     while True:
         if step is not None:
@@ -25,4 +27,4 @@ def wait_for(
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout}s: {what or condition}")
-        time.sleep(0.02)
+        time.sleep(every)

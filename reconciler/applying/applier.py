@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.applying.books import Books
-from reconciler.applying.executor import ApplyResult, Executor, InFlight
+from reconciler.applying.executor import ApplyResult, Executor
 from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.provider import Provider
+from reconciler.applying.steps import InFlight
 from reconciler.model.plan import Action, Plan
 from reconciler.model.spec import ClusterSpec
 

@@ -31,15 +31,15 @@ class Books(LedgerSink, Protocol):
 
 
 class RecordsHost(Protocol):
-    """Records behind one lock: the watch controller (its journal's), or the head's
-    `SharedRecords` when it runs alone. `mutate` changes and saves them in one hold."""
+    """Records behind one lock: the watch controller's `Journal`, or the head's
+    `SharedRecords` when it runs alone. `update` changes and saves them in one hold."""
 
     @property
     def lock(self) -> RecordsLock: ...
 
     def records(self) -> Records: ...
 
-    def mutate(self, change: Callable[[Records, float], Records]) -> Records: ...
+    def update(self, change: Callable[[Records], Records]) -> Records: ...
 
 
 @dataclass
@@ -56,10 +56,10 @@ class HostBooks:
         return self.host.records()
 
     def save(self, records: Records) -> None:
-        self.host.mutate(lambda _records, _now: records)
+        self.host.update(lambda _records: records)
 
     def update(self, change: Callable[[Records], Records]) -> Records:
-        return self.host.mutate(lambda records, _now: change(records))
+        return self.host.update(change)
 
     def log(
         self,

@@ -13,14 +13,14 @@ The protocol is written down as JSON Schemas (`reconciler/schemas/agent-*.v1.jso
 How the pieces fit:
 
     pki = ClusterPki.load_or_create(pki_dir(state_dir, name), name, spec.head.address, now=...)
-    service = HeadService(spec=spec, cluster_pki=pki, host=controller, ledger=journal,
+    service = HeadService(spec=spec, cluster_pki=pki, host=journal, ledger=journal,
                           applier=controller.applier, lineage=journal.lineage, clock=clock)
     launcher = service.launcher(vast_url=vast_client.base_url, clock=clock,
                                 forbidden=(api_key,))     # the executor's Launcher
     service.start() ... service.stop()
 
-- `host` is a `RecordsHost` (`lock`, `records()`, `mutate(change)`): the watch controller, or a
-  `SharedRecords`; every decision runs under its lock and saves through it.
+- `host` is a `RecordsHost` (`lock`, `records()`, `update(change)`): the watch controller's
+  `Journal`, or a `SharedRecords`; every decision runs under its lock and saves through it.
 - `ledger` is a `LedgerSink` (`Journal.log`'s signature).
 - Decisions are pure (`enrollment.enroll`, `heartbeats.heartbeat`, `reports.report`): records and
   a message in, new records plus notes, destroys and a refusal out.

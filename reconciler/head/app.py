@@ -9,8 +9,9 @@ one applier's thread, so the agent is answered at once and the calls still go ou
 Every detection the head notes goes through the one routing table (DESIGN.md rule 8), as the
 nets' do: when its class alerts a human (a failed token check, a malformed agent message, a class
 the table does not know), an `Alert` joins the records in the same locked change and is logged at
-WARNING. The same alert (cluster, class, record) is kept once a minute at most; the repeats are
-counted in memory (`alert_repeats`), so a stranger who keeps sending junk cannot fill the state.
+WARNING. The same alert (cluster, class, record) is kept once per the one repeat window
+(planning/alerts.py); the repeats are counted in memory (`alert_repeats`), so a stranger who
+keeps sending junk cannot fill the state.
 """
 
 from __future__ import annotations
@@ -33,13 +34,11 @@ from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import Alert, Records
 from reconciler.model.routing import route
 from reconciler.model.spec import ClusterSpec
+from reconciler.planning import alerts
 from reconciler.state.ledger import LedgerKind
 
 T = TypeVar("T")
 log = logging.getLogger("reconciler.head")
-
-# The same alert (cluster, class, record) joins the records at most this often; repeats are counted.
-ALERT_REPEAT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,6 @@ class HeadApp:
         # The watch controller may hold enrollment (503, the candidate retries) while it catches up.
         self.accepting_enrollments = True
         self._guard = threading.Lock()
-        self.alert_repeat_seconds = ALERT_REPEAT_SECONDS
         self._alert_repeats: dict[tuple[str, str], int] = {}
         # what unproven traffic may cost: a bucket per source, refusals noted in aggregate
         self.buckets = limits.SourceBuckets()
@@ -384,7 +382,7 @@ class HeadApp:
             records = replace(records, alerts=(*records.alerts, *alerts))
         if records is not before:
             saved = records
-            self.host.mutate(lambda _records, _now: saved)
+            self.host.update(lambda _records: saved)
         for note in notes:
             self._note(note)
             if note.kind is LedgerKind.DETECTION:
@@ -400,26 +398,20 @@ class HeadApp:
             )
 
     def _alerts(self, records: Records, notes: Sequence[Note], now: float) -> list[Alert]:
-        """The alerts the detections among `notes` raise through the routing table, less those
-        raised (with the same cluster, class and record) within the last minute."""
-        alerting = [n for n in notes if n.kind is LedgerKind.DETECTION and route(n.cls).alerts]
-        if not alerting:
+        """The alerts the detections among `notes` raise through the routing table, less the
+        repeats the one window holds back (planning/alerts.py); those are counted."""
+        concerns = [
+            alerts.Concern(self.cluster, n.cls, n.message, n.record)
+            for n in notes
+            if n.kind is LedgerKind.DETECTION and route(n.cls).alerts
+        ]
+        if not concerns:
             return []
-        recent = {
-            (a.cluster, a.cls, a.record)
-            for a in records.alerts
-            if now - a.at < self.alert_repeat_seconds
-        }
-        raised: list[Alert] = []
-        for note in alerting:
-            key = (self.cluster, note.cls, note.record)
-            if key in recent:
-                with self._guard:
-                    counted = (self.cluster, note.cls)
-                    self._alert_repeats[counted] = self._alert_repeats.get(counted, 0) + 1
-                continue
-            recent.add(key)
-            raised.append(Alert(now, self.cluster, note.cls, note.message, note.record))
+        raised, repeats = alerts.fresh(records.alerts, concerns, now)
+        with self._guard:
+            for concern in repeats:
+                counted = (self.cluster, concern.cls)
+                self._alert_repeats[counted] = self._alert_repeats.get(counted, 0) + 1
         return raised
 
     def _note(self, note: Note) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from reconciler.clock import Clock
+from reconciler.errors import RayVastError
 from reconciler.head import tokens
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints, PortPlan
@@ -51,7 +52,7 @@ THRESHOLD_ENV = {
 }
 
 
-class LeakRefused(ValueError):
+class LeakRefused(RayVastError, ValueError):
     """A create request would have carried a secret that must stay on the head."""
 
 

@@ -23,7 +23,8 @@ from dataclasses import replace
 from reconciler.head import decisions as dec
 from reconciler.head import tokens
 from reconciler.head.messages import Report
-from reconciler.model.records import InstanceRecord, Intent, Records, Role, stop_heard
+from reconciler.model.records import InstanceRecord, Intent, Records, Role
+from reconciler.model.stretches import stop_heard
 from reconciler.state.ledger import LedgerKind
 
 LEDGER_CLASS = "worker_report"

@@ -2,9 +2,9 @@
 
 The head's handlers run in their own threads and change the same records the nets and the
 executor do. Both sides go through a `RecordsHost`: one re-entrant lock, the current records, and
-`mutate` to change and save them. The watch controller is one (its `lock`, `records()` and
-`mutate`); `SharedRecords` is the standalone one, for a head run without a controller and for
-tests.
+`update` to change and save them in one hold. Under `watch` the host is the controller's
+`Journal` (applying/journal.py); `SharedRecords` is the standalone one, for a head run without a
+controller and for tests.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Protocol
 
 from reconciler.applying.books import RecordsHost
 from reconciler.applying.journal import RecordsLock
-from reconciler.clock import Clock
 from reconciler.model.plan import Action
 from reconciler.model.records import Records
 from reconciler.state.ledger import LedgerSink
@@ -25,10 +24,9 @@ __all__ = ["LedgerSink", "RecordsHost", "SharedRecords", "Submits"]
 class SharedRecords:
     """Records in memory, saved through `save` (e.g. `Journal.save`) on every change."""
 
-    def __init__(self, records: Records, *, save: Callable[[Records], None], clock: Clock) -> None:
+    def __init__(self, records: Records, *, save: Callable[[Records], None]) -> None:
         self._records = records
         self._save = save
-        self._clock = clock
         self._lock = RecordsLock()
 
     @property
@@ -39,9 +37,9 @@ class SharedRecords:
         with self._lock:
             return self._records
 
-    def mutate(self, change: Callable[[Records, float], Records]) -> Records:
+    def update(self, change: Callable[[Records], Records]) -> Records:
         with self._lock:
-            updated = change(self._records, self._clock.now())
+            updated = change(self._records)
             if updated is not self._records:
                 self._save(updated)
                 self._records = updated

@@ -12,7 +12,7 @@ those changes, set where its phase changes, and `life_of` reads them into a `Lif
   showed vast stopped it, to our start call), and after the last listing that showed it running
   when a later one showed it listed but not running (offline, exited);
 - the bill ends at `ended_at` (the confirmed destroy; for one that went away by itself, the best
-  estimate `records.vanished_at` gives).
+  estimate `stretches.vanished_at` gives).
 
 Every dollar has one cause:
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from reconciler.model.records import Records
+from reconciler.model.records import Alert, Records
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,8 @@ class Plan:
     unmet: tuple[Unmet, ...] = ()
     # What the checks behind the actions noticed; the ledger keeps each one before its actions.
     detections: tuple[Detection, ...] = ()
+    # The alerts for a person this plan raised (they are in `records` too; the log says them).
+    alerts: tuple[Alert, ...] = ()
     # The records after the plan's bookkeeping (refresh, requests placed, blocklist, breaker),
     # before any provider action; apply starts from these.
     records: Records = field(default_factory=Records)

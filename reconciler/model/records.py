@@ -4,6 +4,10 @@ Records are immutable; a decision produces new records with `dataclasses.replace
 which builds the same at a fraction of the cost: `model/evolve.py`). Every record that can be
 acted on carries `managed_by` (the lineage of the state that made it) and `intent`,
 because a row that reads a machine's state must also read whether we answer for that state.
+
+Two neighbours hold what these records carry but do not decide: `model/labels.py` writes and reads
+the label each instance is rented with, and `model/stretches.py` opens and closes the stretches of
+an instance's bill (quiet, stopped, dark).
 """
 
 from __future__ import annotations
@@ -11,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-
-from reconciler.model.evolve import evolve
 
 
 class Intent(StrEnum):
@@ -47,31 +49,6 @@ class RequestStatus(StrEnum):
     EXPIRED = "expired"
     RELEASED = "released"
     FAILED = "failed"
-
-
-LABEL_PREFIX = "rv"
-
-
-def label_for(cluster: str, lineage: str, record_id: str) -> str:
-    """The ownership mark every instance we create carries: `rv.<cluster>.<lineage8>.<id>`."""
-    return f"{LABEL_PREFIX}.{cluster}.{lineage[:8]}.{record_id}"
-
-
-@dataclass(frozen=True)
-class LabelInfo:
-    cluster: str
-    lineage8: str
-    record_id: str
-
-
-def parse_label(label: str | None) -> LabelInfo | None:
-    """The parts of a ray-vast label, or None for anything that is not one."""
-    if not label:
-        return None
-    parts = label.split(".")
-    if len(parts) != 4 or parts[0] != LABEL_PREFIX or not all(parts[1:]):
-        return None
-    return LabelInfo(parts[1], parts[2], parts[3])
 
 
 @dataclass(frozen=True)
@@ -144,12 +121,13 @@ class InstanceRecord:
     sample_busy: bool = False
     ended_reason: str | None = None
     ended_at: float | None = None
-    # The clocks of the bill (`ray-vast cost`, reconciler/model/cost.py): when the head first saw
-    # Ray running on the worker (serving); its quiet stretches, each from the idle scanner arming
-    # the money chain's timers to the traffic that cleared them (the last one open while they are
-    # armed; beyond `QUIET_KEPT` the oldest are folded into `quiet_folded` seconds, so a worker
-    # that flaps between quiet and busy does not grow its record); and the stretches it was
-    # stopped, from our stop call (or the listing that showed vast had stopped it) to our start.
+    # The clocks of the bill (`ray-vast cost`, reconciler/model/cost.py; moved by
+    # reconciler/model/stretches.py): when the head first saw Ray running on the worker
+    # (serving); its quiet stretches, each from the idle scanner arming the money chain's timers
+    # to the traffic that cleared them (the last one open while they are armed; beyond
+    # `QUIET_KEPT` the oldest are folded into `quiet_folded` seconds, so a worker that flaps
+    # between quiet and busy does not grow its record); and the stretches it was stopped, from
+    # our stop call (or the listing that showed vast had stopped it) to our start.
     serving_at: float | None = None
     quiet: tuple[Stretch, ...] = ()
     quiet_folded: float = 0.0
@@ -438,116 +416,3 @@ STOP_CONFIRM_SECONDS = 120.0
 def retry_delay(attempts: int) -> float:
     """Seconds before call number `attempts + 1` of a destroy or stop that did not take."""
     return float(min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** max(0, attempts - 1)))
-
-
-# --- the clocks of the bill -------------------------------------------------------------------
-
-# Quiet stretches a record keeps one by one (older ones are folded into seconds).
-QUIET_KEPT = 32
-
-
-def open_since(stretches: tuple[Stretch, ...]) -> float | None:
-    """When the stretch under way began (None: none is)."""
-    last = stretches[-1] if stretches else None
-    return last.start if last is not None and last.end is None else None
-
-
-def went_quiet(record: InstanceRecord, now: float) -> InstanceRecord:
-    """The idle scanner armed the money chain's timers: a quiet stretch begins."""
-    if open_since(record.quiet) is not None:
-        return record
-    return evolve(record, quiet=(*record.quiet, Stretch(now)))
-
-
-def traffic_again(record: InstanceRecord, now: float) -> InstanceRecord:
-    """Traffic cleared the timers: the quiet stretch under way ends now (the oldest stretches
-    beyond `QUIET_KEPT` are folded into seconds)."""
-    since = open_since(record.quiet)
-    if since is None:
-        return record
-    quiet = (*record.quiet[:-1], Stretch(since, max(since, now)))
-    folded = record.quiet_folded
-    while len(quiet) > QUIET_KEPT:
-        oldest, quiet = quiet[0], quiet[1:]
-        folded += (oldest.end if oldest.end is not None else oldest.start) - oldest.start
-    return evolve(record, quiet=quiet, quiet_folded=folded)
-
-
-def stopped_from(record: InstanceRecord, now: float) -> InstanceRecord:
-    """vast bills only its storage from `now` (our stop call, or a listing showing it stopped)."""
-    if open_since(record.stopped) is not None:
-        return record
-    return evolve(record, stopped=(*record.stopped, Stretch(now)))
-
-
-def stop_heard(record: InstanceRecord, at: float) -> InstanceRecord:
-    """The agent reported vast's TERM of our stop at `at`: vast carries a stop out seconds after
-    the call (and bills the GPU until then), so the stopped stretch under way begins at the TERM,
-    not at the call (the adversary's seeds 21 and 88: a worker stopped and started every three
-    minutes for hours was priced 3 s a cycle short, 1% under the meter)."""
-    since = open_since(record.stopped)
-    if since is None or since >= at:
-        return record
-    return evolve(record, stopped=(*record.stopped[:-1], Stretch(at)))
-
-
-def dark_from(record: InstanceRecord, since: float) -> InstanceRecord:
-    """A listing shows it listed but not running, no stop of ours under way: vast bills its
-    storage alone from `since` (the last listing that showed it running)."""
-    if open_since(record.dark) is not None or open_since(record.stopped) is not None:
-        return record
-    return evolve(record, dark=(*record.dark, Stretch(since)))
-
-
-def lit_again(record: InstanceRecord, now: float) -> InstanceRecord:
-    """A listing shows it running again: the dark stretch under way ends."""
-    since = open_since(record.dark)
-    if since is None:
-        return record
-    return evolve(record, dark=(*record.dark[:-1], Stretch(since, max(since, now))))
-
-
-def started_from(record: InstanceRecord, now: float) -> InstanceRecord:
-    """Our start call: the stopped stretch under way ends."""
-    since = open_since(record.stopped)
-    if since is None:
-        return record
-    return evolve(record, stopped=(*record.stopped[:-1], Stretch(since, max(since, now))))
-
-
-def vanished_at(record: InstanceRecord, now: float) -> float:
-    """When vast most likely stopped billing an instance that went away without a destroy of ours
-    (its worker destroyed it itself, or vast ended it), found out at `now`. The head's doom of it
-    (`ended_at`: the worker's report just before its own destroy) when no listing showed it
-    after that; else halfway between the last listing that showed it and the first that did not
-    (`missing_since`), where nothing better is known."""
-    seen = record.provider_seen_at
-    doomed = record.ended_at
-    if doomed is not None and (seen is None or doomed >= seen):
-        return min(doomed, now)
-    low = seen if seen is not None else record.created_at
-    high = min(record.missing_since if record.missing_since is not None else now, now)
-    return low + max(0.0, high - low) / 2
-
-
-def running_again(record: InstanceRecord, since: float, now: float) -> InstanceRecord:
-    """A listing at `now` shows it running since `since` (vast's uptime): a stopped stretch under
-    way ends then, and one that our start call ended is moved to then, unless a listing has shown
-    it running since that call (vast billed storage until the instance ran again). Running since
-    before the stretch began is a stop of ours vast has not carried out yet (it lands seconds
-    after the call): the stretch stays open, from this listing on (the adversary's seed 7: each
-    stop closed at its own start, and a worker stopped and started 25 times was priced as if it
-    never stopped)."""
-    last = record.stopped[-1] if record.stopped else None
-    if last is None:
-        return record
-    if last.end is None and since < last.start:
-        start = max(last.start, now)
-        return evolve(record, stopped=(*record.stopped[:-1], Stretch(start)))
-    if last.end is None:
-        end = max(last.start, since)
-    elif since > last.end and (record.provider_ok_at is None or record.provider_ok_at < last.end):
-        end = since
-    else:
-        return record
-    return evolve(record, stopped=(*record.stopped[:-1], Stretch(last.start, end)))

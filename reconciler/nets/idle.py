@@ -27,15 +27,8 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import replace
 
 from reconciler.model import stopping
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Phase,
-    Role,
-    open_since,
-    traffic_again,
-    went_quiet,
-)
+from reconciler.model.records import InstanceRecord, Intent, Phase, Role
+from reconciler.model.stretches import open_since, traffic_again, went_quiet
 from reconciler.nets.base import NetResult, Specs, serving_workers
 from reconciler.nets.detection import Detection
 from reconciler.nets.reaper import Gate, refusal

@@ -22,8 +22,7 @@ from reconciler.model.records import (
     breaker_key,
 )
 from reconciler.nets.detection import Detection
-
-ALERT_REPEAT_SECONDS = 3600.0
+from reconciler.planning import alerts
 
 
 @dataclass
@@ -98,20 +97,13 @@ class Draft:
         )
 
     def alert(self, cluster: str, found: Detection) -> bool:
-        """A person must look; nothing is retried. The same alert (cluster, class, record) is
-        not raised again within `ALERT_REPEAT_SECONDS`: the ledger still has every detection.
+        """A person must look; nothing is retried. The same alert is not raised again within
+        the one repeat window (planning/alerts.py): the ledger still has every detection.
         Whether it was raised now."""
-        same = [
-            a
-            for a in (*self.records.alerts, *self.alerts)
-            if (a.cluster, a.cls, a.record) == (cluster, found.cls, found.record)
-            and self.now - a.at < ALERT_REPEAT_SECONDS
-        ]
-        if same:
-            return False
-        self.alerts.append(Alert(self.now, cluster, found.cls, found.detail, found.record))
-        self.notes.append(f"ALERT {found.cls}: {found.detail} ({found.record})")
-        return True
+        concern = alerts.Concern(cluster, found.cls, found.detail, found.record)
+        new, _ = alerts.fresh((*self.records.alerts, *self.alerts), [concern], self.now)
+        self.alerts += new
+        return bool(new)
 
     def block(
         self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from reconciler.model import records, stopping
+from reconciler.model import stopping, stretches
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind
 from reconciler.model.records import InstanceRecord, Intent, Phase, Role
@@ -127,7 +127,7 @@ def _finish(
             record,
             phase=Phase.DESTROYED,
             intent=Intent.DESTROYED,
-            ended_at=records.vanished_at(record, draft.now),
+            ended_at=stretches.vanished_at(record, draft.now),
             ended_reason=record.ended_reason or ended,
             retry_at=None,
         )
@@ -197,21 +197,8 @@ def start_for_demand(
     at a later plan, once stopped), so demand that returns during a stop rents nothing."""
     if wanted <= 0:
         return 0
-    stopped = sorted(
-        (
-            r
-            for r in draft.instances.values()
-            if r.cluster == spec.name
-            and r.node_type == node_type.name
-            and r.id not in draft.doomed
-            and r.managed_by == draft.lineage
-            and resumable(r)
-        ),
-        key=lambda r: (r.stopped_deliberately_at or 0.0, r.id),
-        reverse=True,
-    )
     covered = 0
-    for record in stopped:
+    for record in _resumable_workers(draft, spec, node_type):
         if covered >= wanted:
             break
         if record.phase is Phase.STOPPING:
@@ -229,32 +216,58 @@ def start_for_demand(
             continue
         budget.spent += extra
         covered += 1
-        draft.update(
-            stopping.resumed(record),
-            intent=Intent.RUNNING,
-            start_requested_at=draft.now,
-            stop_due_at=None,
-            destroy_due_at=None,
-            call_attempts=0,
-            retry_at=None,
-        )
-        draft.add(
-            Action(
-                ActionKind.START,
-                spec.name,
-                "resume",
-                "demand returned before the destroy timer: started again with its disk "
-                "(no new rental, no pull)",
-                node_type=record.node_type,
-                record=record.id,
-                vast_id=record.vast_id,
-                request=record.request_id,
-                label=record.label,
-                host_id=record.host_id,
-                dph_delta=extra,
-            )
-        )
+        _resume(draft, spec, record, extra)
     return covered
+
+
+def _resumable_workers(
+    draft: Draft, spec: ClusterSpec, node_type: NodeType
+) -> list[InstanceRecord]:
+    """The node type's workers of ours that a start would bring back, the most recently stopped
+    first."""
+    return sorted(
+        (
+            r
+            for r in draft.instances.values()
+            if r.cluster == spec.name
+            and r.node_type == node_type.name
+            and r.id not in draft.doomed
+            and r.managed_by == draft.lineage
+            and resumable(r)
+        ),
+        key=lambda r: (r.stopped_deliberately_at or 0.0, r.id),
+        reverse=True,
+    )
+
+
+def _resume(draft: Draft, spec: ClusterSpec, record: InstanceRecord, extra: float) -> None:
+    """A stopped worker started again for demand: its intent running (its money-chain timers
+    cleared), and the start that brings it back (`extra` is what it costs beyond its storage)."""
+    draft.update(
+        stopping.resumed(record),
+        intent=Intent.RUNNING,
+        start_requested_at=draft.now,
+        stop_due_at=None,
+        destroy_due_at=None,
+        call_attempts=0,
+        retry_at=None,
+    )
+    draft.add(
+        Action(
+            ActionKind.START,
+            spec.name,
+            "resume",
+            "demand returned before the destroy timer: started again with its disk "
+            "(no new rental, no pull)",
+            node_type=record.node_type,
+            record=record.id,
+            vast_id=record.vast_id,
+            request=record.request_id,
+            label=record.label,
+            host_id=record.host_id,
+            dph_delta=extra,
+        )
+    )
 
 
 def end_stuck_starts(draft: Draft, spec: ClusterSpec, listing: Mapping[int, Instance]) -> None:

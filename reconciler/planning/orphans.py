@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from reconciler.model.labels import parse_label
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind, Foreign
-from reconciler.model.records import InstanceRecord, parse_label
+from reconciler.model.records import InstanceRecord
 from reconciler.model.spec import ClusterSpec
 
 

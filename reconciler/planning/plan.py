@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
-from reconciler.model.plan import Action, ActionKind, ClusterCost, Detection, Plan
+from reconciler.model.plan import Action, ActionKind, ClusterCost, Detection, Foreign, Plan
 from reconciler.model.records import InstanceRecord, Intent, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits
@@ -62,25 +62,9 @@ def plan(
     `sweep_orphans` runs the orphan sweep (the watch controller asks for it on its own, slower
     cadence)."""
     if observation.listing is None:
-        why = observation.listing_error or "the listing could not be read"
-        return Plan(
-            created_at=now,
-            lineage=lineage,
-            serial=serial,
-            listing_fingerprint="",
-            actions=(),
-            costs=(),
-            errors=(f"vast's instance listing is unknown ({why}); nothing is planned",),
-            records=records,
-        )
+        return _unplannable(observation, records, lineage=lineage, serial=serial, now=now)
     listing = observation.listing
-    refreshed, notes = refresh(records, listing, now)
-    draft = Draft.start(refreshed, lineage=lineage, now=now)
-    draft.notes.extend(notes)
-    draft.notes.extend(
-        f"offer search for {c}/{n} failed: {why}"
-        for (c, n), why in observation.search_errors.items()
-    )
+    draft = _refreshed(observation, listing, records, lineage=lineage, now=now)
     specs = {s.name: s for s in desired}
     by_id = {i.id: i for i in listing}
     removed = _removed(draft, declared)
@@ -91,30 +75,7 @@ def plan(
         _plan_cluster(draft, spec, observation, by_id, before[spec.name])
     for name in sorted(removed):
         _retire(draft, name, by_id)
-    seen = orphans.unrecorded(
-        listing,
-        draft.instances,
-        lineage=lineage,
-        seen_before=records.unrecorded_seen,
-        now=now,
-    )
-    draft.records = replace(draft.records, unrecorded_seen=seen)
-    sweep, foreign = orphans.sweep(
-        listing,
-        draft.instances,
-        specs,
-        lineage=lineage,
-        now=now,
-        scope=set(clusters),
-        first_seen=seen,
-    )
-    for action in sweep if sweep_orphans else ():
-        draft.add(action)
-        draft.detections.append(
-            Detection(
-                action.label or "", action.reason, action.detail, action.vast_id, action.cluster
-            )
-        )
+    foreign = _sweep(draft, listing, records, specs, scope=set(clusters), act=sweep_orphans)
     costs = [
         ClusterCost(
             name,
@@ -124,11 +85,101 @@ def plan(
         )
         for name in clusters
     ]
-    actions = sorted(draft.actions, key=lambda a: ACTION_ORDER[a.kind])
-    warnings = [_foreign_warning(f.cluster, f.vast_id, f.label, f.dph_total) for f in foreign]
+    return _finished(draft, listing, costs, foreign, serial=serial)
+
+
+def _unplannable(
+    observation: Observation, records: Records, *, lineage: str, serial: int, now: float
+) -> Plan:
+    """The plan when vast's listing could not be read: no action, one error, the records as they
+    were (an unknown listing is never "everything is gone")."""
+    why = observation.listing_error or "the listing could not be read"
     return Plan(
         created_at=now,
         lineage=lineage,
+        serial=serial,
+        listing_fingerprint="",
+        actions=(),
+        costs=(),
+        errors=(f"vast's instance listing is unknown ({why}); nothing is planned",),
+        records=records,
+    )
+
+
+def _refreshed(
+    observation: Observation,
+    listing: tuple[Instance, ...],
+    records: Records,
+    *,
+    lineage: str,
+    now: float,
+) -> Draft:
+    """The draft to plan on: the records refreshed from the listing, with the notes of the
+    refresh and of the offer searches that failed."""
+    refreshed, notes = refresh(records, listing, now)
+    draft = Draft.start(refreshed, lineage=lineage, now=now)
+    draft.notes.extend(notes)
+    draft.notes.extend(
+        f"offer search for {c}/{n} failed: {why}"
+        for (c, n), why in observation.search_errors.items()
+    )
+    return draft
+
+
+def _sweep(
+    draft: Draft,
+    listing: Sequence[Instance],
+    records: Records,
+    specs: Mapping[str, ClusterSpec],
+    *,
+    scope: set[str],
+    act: bool,
+) -> list[Foreign]:
+    """The orphan sweep: instances labelled ours with no live record are remembered from their
+    first sight (the grace runs from there) and, when `act`, destroyed past it; those of our
+    clusters under another state are returned, to be warned of and left alone."""
+    seen = orphans.unrecorded(
+        listing,
+        draft.instances,
+        lineage=draft.lineage,
+        seen_before=records.unrecorded_seen,
+        now=draft.now,
+    )
+    draft.records = replace(draft.records, unrecorded_seen=seen)
+    sweep, foreign = orphans.sweep(
+        listing,
+        draft.instances,
+        specs,
+        lineage=draft.lineage,
+        now=draft.now,
+        scope=scope,
+        first_seen=seen,
+    )
+    for action in sweep if act else ():
+        draft.add(action)
+        draft.detections.append(
+            Detection(
+                action.label or "", action.reason, action.detail, action.vast_id, action.cluster
+            )
+        )
+    return foreign
+
+
+def _finished(
+    draft: Draft,
+    listing: Sequence[Instance],
+    costs: Sequence[ClusterCost],
+    foreign: Sequence[Foreign],
+    *,
+    serial: int,
+) -> Plan:
+    """The plan of a finished draft: its actions in the order they are carried out (free money
+    before spending it), and the fingerprint of the instances they touch."""
+    actions = sorted(draft.actions, key=lambda a: ACTION_ORDER[a.kind])
+    warnings = [_foreign_warning(f.cluster, f.vast_id, f.label, f.dph_total) for f in foreign]
+    return Plan(
+        created_at=draft.now,
+        lineage=draft.lineage,
         serial=serial,
         listing_fingerprint=fingerprint(listing, touched(actions)),
         actions=tuple(actions),
@@ -137,6 +188,7 @@ def plan(
         foreign=tuple(foreign),
         warnings=tuple(warnings),
         notes=tuple(draft.notes),
+        alerts=tuple(draft.alerts),
         detections=tuple(draft.detections),
         unmet=tuple(draft.unmet),
         records=draft.finish(),

@@ -58,6 +58,7 @@ def react(
         actions=tuple(sorted(draft.actions, key=lambda a: ACTION_ORDER[a.kind])),
         costs=(),
         notes=tuple(draft.notes),
+        alerts=tuple(draft.alerts),
         detections=tuple(draft.detections),
         records=draft.finish(),
     )

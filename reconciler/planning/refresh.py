@@ -11,18 +11,8 @@ from __future__ import annotations
 from reconciler.model import stopping
 from reconciler.model.evolve import evolve
 from reconciler.model.observed import Instance
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Phase,
-    Records,
-    Request,
-    Role,
-    dark_from,
-    lit_again,
-    running_again,
-    stopped_from,
-)
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role
+from reconciler.model.stretches import dark_from, lit_again, running_again, stopped_from
 
 # vast's statuses before the container runs; `None` is "being provisioned".
 BOOTING_STATUSES = frozenset({None, "created", "loading", "scheduling", "rebooting"})

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from reconciler.model import stopping
+from reconciler.model.labels import label_for
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
@@ -30,7 +31,6 @@ from reconciler.model.records import (
     Role,
     Slot,
     breaker_key,
-    label_for,
 )
 from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.nets.detection import Detection

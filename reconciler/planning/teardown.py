@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reconciler.model.labels import parse_label
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind, ClusterCost, Plan
-from reconciler.model.records import InstanceRecord, Records, parse_label
+from reconciler.model.records import InstanceRecord, Records
 from reconciler.planning.plan import fingerprint, touched
 
 DOWN_REASON = "down"

@@ -31,11 +31,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reconciler.errors import RayVastError
+
 if TYPE_CHECKING:
     from reconciler.state.lock import LockInfo
 
 
-class StateError(Exception):
+class StateError(RayVastError):
     """Base of every recorded-state error."""
 
 

@@ -34,8 +34,10 @@ of the body; the API key never appears in them (see `redaction`).
 
 from __future__ import annotations
 
+from reconciler.errors import RayVastError
 
-class VastError(Exception):
+
+class VastError(RayVastError):
     """Anything that went wrong talking to vast.
 
     `operation` is the client operation (`"list"`, `"create"`, ...), `status` the HTTP status if a

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from reconciler.errors import InputError
 from reconciler.state.ledger import LedgerEntry
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -24,7 +25,7 @@ def parse_since(text: str, now: float) -> float:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise ValueError(
+        raise InputError(
             f"--since {text!r}: use 30m, 2h, 1d, an ISO time or epoch seconds"
         ) from exc
     if moment.tzinfo is None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from reconciler.model.codec import encode
 from reconciler.model.plan import FORMAT_VERSION, Action, ActionKind, Plan
+from reconciler.model.records import Alert
 
 SYMBOLS = {
     ActionKind.RENT: ("+", "rent"),
@@ -66,6 +67,8 @@ def human(plan: Plan) -> str:
             for s in plan.skipped
         ]
         lines.append("")
+    if plan.alerts:
+        lines += [f"Alert: {alert_line(a)}" for a in plan.alerts] + [""]
     if plan.notes:
         lines += [f"Note: {n}" for n in plan.notes] + [""]
     lines += _cost_lines(plan)
@@ -153,6 +156,7 @@ def as_json(plan: Plan) -> dict[str, Any]:
         "errors": list(plan.errors),
         "warnings": list(plan.warnings),
         "notes": list(plan.notes),
+        "alerts": encode(plan.alerts),
         "summary": dict(sorted(counts.items())),
         "detections": encode(plan.detections),
         "actions": encode(plan.actions),
@@ -160,3 +164,9 @@ def as_json(plan: Plan) -> dict[str, Any]:
         "skipped_offers": encode(plan.skipped),
         "foreign_instances": encode(plan.foreign),
     }
+
+
+def alert_line(alert: Alert) -> str:
+    """An alert in words, as the log and `plan` say it."""
+    record = f" ({alert.record})" if alert.record else ""
+    return f"{alert.cluster}: {alert.cls}: {alert.message}{record}"

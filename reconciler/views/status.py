@@ -16,11 +16,13 @@ changes. When vast cannot be listed, it says so instead of pretending nothing ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.model.labels import parse_label
 from reconciler.model.observed import Instance
-from reconciler.model.records import Alert, BreakerState, InstanceRecord, Records, parse_label
+from reconciler.model.records import Alert, BreakerState, InstanceRecord, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
 from reconciler.nets.base import serving_workers
@@ -40,49 +42,20 @@ def build(
     now: float,
     error: str | None,
 ) -> dict[str, Any]:
-    by_id = {i.id: i for i in listing or ()}
     by_name = {s.name: s for s in specs}
     breakers = _breakers_by_cluster(records.breakers)
-    names = sorted(
-        set(by_name)
-        | {r.cluster for r in records.live_instances()}
-        | {a.cluster for a in records.alerts}
-        | {
-            cluster
-            for cluster, states in breakers.items()
-            if any(_breaker_shown(state, now) for state in states.values())
-        }
+    seen = _Seen(
+        listing=listing,
+        by_id={i.id: i for i in listing or ()},
+        lineage=lineage,
+        serving=serving_workers(records.instances.values()),
+        specs=by_name,
+        now=now,
     )
-    serving = serving_workers(records.instances.values())
-    clusters = []
-    for name in names:
-        instances = [
-            _instance(r.vast_id, r, by_id, now, listing is not None)
-            | {"kept_at_min_workers": idle.at_minimum(r, serving, by_name)}
-            for r in sorted(records.live_instances(name), key=lambda r: r.id)
-        ]
-        foreign = [
-            _foreign(i)
-            for i in listing or ()
-            if (info := parse_label(i.label))
-            and info.cluster == name
-            and (lineage is None or info.lineage8 != lineage[:8])
-        ]
-        spec = by_name.get(name)
-        clusters.append(
-            {
-                "name": name,
-                "cap_dollars_per_hour": spec.max_dollars_per_hour if spec else None,
-                "dollars_per_hour": round(sum(i["dollars_per_hour"] for i in instances), 4),
-                "instances": instances,
-                "foreign_instances": foreign,
-                "alerts": [_alert(a) for a in records.alerts if a.cluster == name],
-                "breakers": [
-                    _breaker(node_type, state, spec, now)
-                    for node_type, state in sorted(breakers.get(name, {}).items())
-                ],
-            }
-        )
+    clusters = [
+        _cluster(name, records, seen, breakers.get(name, {}))
+        for name in _cluster_names(records, by_name, breakers, now)
+    ]
     return {
         "format_version": FORMAT_VERSION,
         "lineage": lineage,
@@ -92,6 +65,70 @@ def build(
         "alerts": [_alert(a) for a in records.alerts],
         "clusters": clusters,
         "dollars_per_hour": round(sum(c["dollars_per_hour"] for c in clusters), 4),
+    }
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What every cluster's part of the view is read against."""
+
+    listing: Sequence[Instance] | None  # None: vast could not be listed
+    by_id: dict[int, Instance]
+    lineage: str | None
+    serving: list[InstanceRecord]  # the serving workers, for `kept_at_min_workers`
+    specs: Mapping[str, ClusterSpec]
+    now: float
+
+
+def _cluster_names(
+    records: Records,
+    specs: Mapping[str, ClusterSpec],
+    breakers: Mapping[str, Mapping[str, BreakerState]],
+    now: float,
+) -> list[str]:
+    """The clusters shown: those of the specs, and any with live records, alerts, or a breaker
+    worth showing."""
+    return sorted(
+        set(specs)
+        | {r.cluster for r in records.live_instances()}
+        | {a.cluster for a in records.alerts}
+        | {
+            cluster
+            for cluster, states in breakers.items()
+            if any(_breaker_shown(state, now) for state in states.values())
+        }
+    )
+
+
+def _cluster(
+    name: str, records: Records, seen: _Seen, breakers: Mapping[str, BreakerState]
+) -> dict[str, Any]:
+    """One cluster's part of the view: its instances, the foreign ones labelled for it (another
+    state made them), its alerts and its breakers."""
+    instances = [
+        _instance(r.vast_id, r, seen.by_id, seen.now, seen.listing is not None)
+        | {"kept_at_min_workers": idle.at_minimum(r, seen.serving, seen.specs)}
+        for r in sorted(records.live_instances(name), key=lambda r: r.id)
+    ]
+    foreign = [
+        _foreign(i)
+        for i in seen.listing or ()
+        if (info := parse_label(i.label))
+        and info.cluster == name
+        and (seen.lineage is None or info.lineage8 != seen.lineage[:8])
+    ]
+    spec = seen.specs.get(name)
+    return {
+        "name": name,
+        "cap_dollars_per_hour": spec.max_dollars_per_hour if spec else None,
+        "dollars_per_hour": round(sum(i["dollars_per_hour"] for i in instances), 4),
+        "instances": instances,
+        "foreign_instances": foreign,
+        "alerts": [_alert(a) for a in records.alerts if a.cluster == name],
+        "breakers": [
+            _breaker(node_type, state, spec, seen.now)
+            for node_type, state in sorted(breakers.items())
+        ],
     }
 
 
@@ -128,7 +165,7 @@ def _instance(
         "held_because": because,
         # The money chain (1.3): when the quiet worker's stop and destroy fall due (None: not
         # armed), and the agent's last sample (when, and whether it showed traffic);
-        # `kept_at_min_workers` (added by `build`): ending it would take its node type under
+        # `kept_at_min_workers` (added by `_cluster`): ending it would take its node type under
         # min_workers, so the money chain will not, armed or not.
         "stop_due_at": record.stop_due_at,
         "destroy_due_at": record.destroy_due_at,

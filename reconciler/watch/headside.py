@@ -95,7 +95,7 @@ class HeadServices:
         service = HeadService(
             spec=spec,
             cluster_pki=cluster_pki(self.state_dir, spec, self.clock.now()),
-            host=self.controller,
+            host=self.controller.journal,
             ledger=self.journal,
             applier=self.controller.applier,
             lineage=self.journal.lineage,

@@ -100,101 +100,130 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(g: Gauges) -> str:
-    out: list[str] = []
+Samples = list[tuple[dict[str, str], float]]
 
-    def metric(
-        name: str, kind: str, text: str, samples: list[tuple[dict[str, str], float]]
-    ) -> None:
-        out.append(f"# HELP {name} {text}")
-        out.append(f"# TYPE {name} {kind}")
+
+class _Exposition:
+    """The text of one scrape, written one metric at a time (its HELP and TYPE lines first)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def metric(self, name: str, kind: str, text: str, samples: Samples) -> None:
+        self.lines.append(f"# HELP {name} {text}")
+        self.lines.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
             inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-            out.append(f"{name}{{{inner}}} {value}" if inner else f"{name} {value}")
+            self.lines.append(f"{name}{{{inner}}} {value}" if inner else f"{name} {value}")
 
-    live = g.records.live_instances()
-    dph: dict[str, float] = {}
-    phases: dict[tuple[str, str], int] = {}
-    for r in live:
-        dph[r.cluster] = dph.get(r.cluster, 0.0) + r.billing_dph
-        phases[(r.cluster, r.phase.value)] = phases.get((r.cluster, r.phase.value), 0) + 1
-    metric(
-        "ray_vast_cluster_dollars_per_hour",
-        "gauge",
-        "What the cluster's instances cost per hour.",
-        [({"cluster": c}, round(v, 6)) for c, v in sorted(dph.items())],
-    )
-    metric(
-        "ray_vast_instances",
-        "gauge",
-        "Instances we answer for, by phase.",
-        [({"cluster": c, "phase": p}, n) for (c, p), n in sorted(phases.items())],
-    )
-    metric(
-        "ray_vast_detections_total",
-        "counter",
-        "Detections by net since start.",
-        [({"net": n}, v) for n, v in sorted(g.detections_by_net.items())],
-    )
-    metric(
-        "ray_vast_vast_requests_total",
-        "counter",
-        "Requests to vast by endpoint and outcome.",
-        [({"endpoint": e, "outcome": o}, v) for (e, o), v in sorted(g.requests.items())],
-    )
-    metric(
-        "ray_vast_tick_seconds",
-        "gauge",
-        "Duration of the last tick.",
-        [({}, round(g.tick_seconds, 6))],
-    )
-    metric("ray_vast_ticks_total", "counter", "Ticks since start.", [({}, g.ticks)])
-    metric(
-        "ray_vast_alerts", "gauge", "Alerts waiting for a person.", [({}, len(g.records.alerts))]
-    )
-    alerts: dict[tuple[str, str], int] = {}
-    for a in g.records.alerts:
-        alerts[(a.cluster, a.cls)] = alerts.get((a.cluster, a.cls), 0) + 1
-    metric(
-        "ray_vast_alerts_total",
-        "counter",
-        "Alerts raised (kept in the state for `ray-vast status`), by cluster and class.",
-        [({"cluster": c, "class": k}, n) for (c, k), n in sorted(alerts.items())],
-    )
-    metric(
-        "ray_vast_alerts_repeated_total",
-        "counter",
-        "Alerts not kept again because the same one was raised within a minute, since start.",
-        [({"cluster": c, "class": k}, n) for (c, k), n in sorted(g.alert_repeats.items())],
-    )
-    metric(
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def render(g: Gauges) -> str:
+    out = _Exposition()
+    _instances(out, g.records)
+    _loop(out, g)
+    _alerts(out, g)
+    out.metric(
         "ray_vast_dollars_total",
         "counter",
         "Dollars billed since this watch started, by cluster and cause (as `ray-vast cost` "
         "counts them: serving, idle, booting, failed, extra_candidate, orphan, stopped).",
         [({"cluster": c, "cause": k}, round(v, 6)) for (c, k), v in sorted(g.dollars.items())],
     )
-    paused: list[tuple[dict[str, str], float]] = []
-    empty: list[tuple[dict[str, str], float]] = []
+    _breakers(out, g)
+    return out.text()
+
+
+def _instances(out: _Exposition, records: Records) -> None:
+    """What the live instances cost per hour, and how many are in each phase."""
+    dph: dict[str, float] = {}
+    phases: dict[tuple[str, str], int] = {}
+    for r in records.live_instances():
+        dph[r.cluster] = dph.get(r.cluster, 0.0) + r.billing_dph
+        phases[(r.cluster, r.phase.value)] = phases.get((r.cluster, r.phase.value), 0) + 1
+    out.metric(
+        "ray_vast_cluster_dollars_per_hour",
+        "gauge",
+        "What the cluster's instances cost per hour.",
+        [({"cluster": c}, round(v, 6)) for c, v in sorted(dph.items())],
+    )
+    out.metric(
+        "ray_vast_instances",
+        "gauge",
+        "Instances we answer for, by phase.",
+        [({"cluster": c, "phase": p}, n) for (c, p), n in sorted(phases.items())],
+    )
+
+
+def _loop(out: _Exposition, g: Gauges) -> None:
+    """The watch loop itself: what its nets detected, its requests to vast, its ticks."""
+    out.metric(
+        "ray_vast_detections_total",
+        "counter",
+        "Detections by net since start.",
+        [({"net": n}, v) for n, v in sorted(g.detections_by_net.items())],
+    )
+    out.metric(
+        "ray_vast_vast_requests_total",
+        "counter",
+        "Requests to vast by endpoint and outcome.",
+        [({"endpoint": e, "outcome": o}, v) for (e, o), v in sorted(g.requests.items())],
+    )
+    out.metric(
+        "ray_vast_tick_seconds",
+        "gauge",
+        "Duration of the last tick.",
+        [({}, round(g.tick_seconds, 6))],
+    )
+    out.metric("ray_vast_ticks_total", "counter", "Ticks since start.", [({}, g.ticks)])
+
+
+def _alerts(out: _Exposition, g: Gauges) -> None:
+    """The alerts waiting for a person, by cluster and class, and those not kept again."""
+    out.metric(
+        "ray_vast_alerts", "gauge", "Alerts waiting for a person.", [({}, len(g.records.alerts))]
+    )
+    alerts: dict[tuple[str, str], int] = {}
+    for a in g.records.alerts:
+        alerts[(a.cluster, a.cls)] = alerts.get((a.cluster, a.cls), 0) + 1
+    out.metric(
+        "ray_vast_alerts_total",
+        "counter",
+        "Alerts raised (kept in the state for `ray-vast status`), by cluster and class.",
+        [({"cluster": c, "class": k}, n) for (c, k), n in sorted(alerts.items())],
+    )
+    out.metric(
+        "ray_vast_alerts_repeated_total",
+        "counter",
+        "Alerts not kept again because the same one was raised within a minute, since start.",
+        [({"cluster": c, "class": k}, n) for (c, k), n in sorted(g.alert_repeats.items())],
+    )
+
+
+def _breakers(out: _Exposition, g: Gauges) -> None:
+    """The rent-loop breaker of each node type: whether it pauses launches, and its count."""
+    paused: Samples = []
+    empty: Samples = []
     for key, state in sorted(g.records.breakers.items()):
         cluster, _, node_type = key.partition("/")
         labels = {"cluster": cluster, "node_type": node_type}
         on = state.paused_until is not None and state.paused_until > g.now
         paused.append((labels, 1 if on else 0))
         empty.append((labels, state.consecutive_empty))
-    metric(
+    out.metric(
         "ray_vast_breaker_paused",
         "gauge",
         "1 while the rent-loop breaker pauses launches of the node type.",
         paused,
     )
-    metric(
+    out.metric(
         "ray_vast_breaker_consecutive_empty",
         "gauge",
         "Slots in a row of the node type that ended with no worker (the breaker's count).",
         empty,
     )
-    return "\n".join(out) + "\n"
 
 
 class MetricsServer:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TypeVar
 
+from reconciler.head.pki import RAY_TOKEN_FILE, pki_dir
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
-from reconciler.watch.controller import AgentSignals, Signals
+from reconciler.watch.raysignals import RaySignals
+from reconciler.watch.signals import AgentSignals, Signals
 
 log = logging.getLogger("ray_vast")
 
@@ -50,6 +53,21 @@ class RayReaders:
         self._failing: set[tuple[str, str]] = set()  # (cluster, question) failing now
         self._unread: set[str] = set()  # clusters whose last demand reading failed
         self.reload(specs)
+
+    @classmethod
+    def from_pki(cls, state_dir: Path, specs: Mapping[str, ClusterSpec]) -> RayReaders:
+        """The readers of the clusters whose Ray token is in their PKI under `state_dir` (the
+        head's Ray runs with that token: `ray-vast up` starts it so); a cluster without one yet,
+        or added by a reload, gets its reader at a reload, once its token is there."""
+
+        def reader(spec: ClusterSpec) -> RaySignals | None:
+            token = pki_dir(state_dir, spec.name) / RAY_TOKEN_FILE
+            if not token.exists():
+                return None
+            address = f"{spec.head.address}:{spec.head.ray_port}"
+            return RaySignals(address, spec.name, token_path=str(token))
+
+        return cls(specs, make=reader)
 
     # --- following the specs -------------------------------------------------------------------
 

@@ -18,24 +18,20 @@ from typing import Protocol, runtime_checkable
 
 from reconciler.applying.journal import Journal
 from reconciler.applying.launch import ImageLauncher, Launcher
+from reconciler.applying.pinlog import log_pin
 from reconciler.applying.provider import Provider
 from reconciler.deps import Deps
 from reconciler.model.spec import ClusterSpec
-from reconciler.operations import log_pin
 from reconciler.planning import pins
 from reconciler.spec.loader import LoadResult
 from reconciler.state import orders
 from reconciler.state.ledger import ledger_path
 from reconciler.views import diagnostics as diag_view
-from reconciler.watch.controller import (
-    FAILURE_BACKOFF_MAX_SECONDS,
-    FAILURE_BACKOFF_SECONDS,
-    Controller,
-    Signals,
-    TickReport,
-)
+from reconciler.watch.containment import FAILURE_BACKOFF
+from reconciler.watch.controller import Controller, TickReport
 from reconciler.watch.metrics import DollarCounter, Gauges, MetricsServer
 from reconciler.watch.served import Served
+from reconciler.watch.signals import AgentSignals, Signals
 from reconciler.watch.source import GitError, SpecSource
 
 # How long the loop sleeps at most between looks at the spec directory.
@@ -116,10 +112,9 @@ def _controller(
         allow_mass_destroy=options.allow_mass_destroy,
         # the first signal stops a tick's plan after the call in flight, not after the plan
         stop_requested=options.stop.is_set,
+        signals=options.signals or AgentSignals(),
+        demand_check_seconds=DEMAND_CHECK_SECONDS if options.signals is not None else None,
     )
-    if options.signals is not None:
-        controller.signals = options.signals
-        controller.demand_check_seconds = DEMAND_CHECK_SECONDS
     if options.source.revision:
         controller.set_specs(controller.specs, revision=options.source.revision)
         logger.info("specs at revision %s", options.source.revision)
@@ -151,9 +146,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
                 _follow(served, services, controller)
             except Exception:
                 failures += 1
-                wait = min(
-                    FAILURE_BACKOFF_SECONDS * 2 ** (failures - 1), FAILURE_BACKOFF_MAX_SECONDS
-                )
+                wait = FAILURE_BACKOFF.after(failures)
                 logger.exception("the tick failed; tried again in %.0f s", wait)
                 ticks += 1
                 if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
@@ -309,7 +302,7 @@ def _refresh(
             for key, n in service.alert_repeats().items():
                 repeats[key] = repeats.get(key, 0) + n
     gauges.alert_repeats = repeats
-    gauges.detections_by_net = dict(controller.detections_by_net)
+    gauges.detections_by_net = dict(controller.netting.detections_by_net)
     counters = getattr(controller.provider, "counters", None)
     gauges.requests = dict(counters) if isinstance(counters, Mapping) else {}
     gauges.tick_seconds = seconds

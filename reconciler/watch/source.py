@@ -15,10 +15,11 @@ from pathlib import Path
 
 from reconciler.childenv import child_environment
 from reconciler.clock import Clock
+from reconciler.errors import RayVastError
 from reconciler.spec.loader import LoadResult, load, spec_files
 
 
-class GitError(Exception):
+class GitError(RayVastError):
     """git could not fetch or check out the spec repository."""
 
 

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from agent import cores, lifecycle, raynode
-from agent.lifecycle import EnrollAnswered, Log, Started, StartRay, Timings
+from agent.commands import Log, StartRay
+from agent.events import EnrollAnswered, Started
+from agent.state import Timings, initial
 from reconciler.head import answers, messages
 from reconciler.model.spec import ClusterSpec
-from reconciler.spec.loader import load_texts
+from tests.specs import load_spec, spec_yaml
 from tests.waiting import wait_for
 
 from ..head.harness import CLUSTER, IMAGE, WATCHDOGS, HeadWorld, head_world
@@ -61,7 +63,7 @@ def test_the_simulators_gpus_are_taken_as_it_says(tmp_path: Path) -> None:
 
 def start_ray(ray: Mapping[str, Any], *, cpus: int = 8, gpus: int = 1) -> tuple[StartRay, str]:
     """The StartRay of a candidate with `cpus`/`gpus` counted, enrolled with this `ray`."""
-    state = lifecycle.initial(Timings(), started=0.0, record_id="i7")
+    state = initial(Timings(), started=0.0, record_id="i7")
     state, _ = lifecycle.step(state, Started(cpus=cpus, gpus=gpus), 0.0)
     answer = {"record_id": "i7", "slot_id": "q1s1", "ray": dict(ray), "thresholds": {}}
     _, commands = lifecycle.step(state, EnrollAnswered(200, answer), 1.0)
@@ -158,24 +160,18 @@ counted:
 
 
 def gpu_spec() -> ClusterSpec:
-    text = textwrap.dedent(
-        f"""\
-        apiVersion: ray-vast/v1
-        kind: Cluster
-        metadata: {{name: {CLUSTER}}}
-        spec:
-          provider: {{type: vastsim}}
-          head: {{address: 127.0.0.1, ray_port: 6390}}
-          max_dollars_per_hour: 100
-          testing: {{allow_short_thresholds: true}}
-          node_types:
+    body = textwrap.dedent(
+        """\
+        provider: {type: vastsim}
+        head: {address: 127.0.0.1, ray_port: 6390}
+        max_dollars_per_hour: 100
+        testing: {allow_short_thresholds: true}
+        node_types:
         """
     )
-    text += textwrap.indent(NODE_TYPES.format(image=IMAGE), "    ")
-    text += "  watchdogs:\n" + textwrap.indent(WATCHDOGS, "    ")
-    result = load_texts([("t.yaml", text)])
-    assert result.ok, [d.summary for d in result.diagnostics]
-    return result.clusters[0]
+    body += textwrap.indent(NODE_TYPES.format(image=IMAGE), "  ")
+    body += "watchdogs:\n" + textwrap.indent(WATCHDOGS, "  ")
+    return load_spec(spec_yaml(CLUSTER, body))
 
 
 def test_declared_counts_are_whole_numbers_of_what_is_declared() -> None:

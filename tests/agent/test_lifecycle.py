@@ -34,17 +34,27 @@ from typing import Any
 import pytest
 
 from agent import lifecycle
-from agent.lifecycle import (
-    AgentState,
-    BootstrapError,
+from agent.commands import (
     Command,
-    DestroyAnswered,
     DestroySelf,
+    Exit,
+    ForgetIdentity,
+    Log,
+    SaveIdentity,
+    SendEnroll,
+    SendHeartbeat,
+    SendReport,
+    SendResume,
+    StartRay,
+    StopRay,
+    WakeAt,
+)
+from agent.events import (
+    BootstrapError,
+    DestroyAnswered,
     EnrollAnswered,
     EnrollFailed,
     Event,
-    Exit,
-    ForgetIdentity,
     HeartbeatAnswered,
     HeartbeatFailed,
     IdentitySaved,
@@ -52,19 +62,11 @@ from agent.lifecycle import (
     ReportDone,
     ResumeAnswered,
     ResumeFailed,
-    SaveIdentity,
-    SendEnroll,
-    SendHeartbeat,
-    SendReport,
-    SendResume,
     Signalled,
     Started,
-    StartRay,
-    StopRay,
     Tick,
-    Timings,
-    WakeAt,
 )
+from agent.state import CONFIRMED, KEEPING, STOPPED, WORKER, AgentState, Report, Timings, initial
 
 OK_BEAT = {"ok": True, "heartbeat_interval_seconds": 30.0, "worker_gives_up_after_seconds": 300.0}
 CERTIFICATE = {"cert_pem": "-----BEGIN CERTIFICATE-----x", "key_pem": "k", "ca_pem": "c"}
@@ -119,9 +121,7 @@ class Run:
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
-        self.state = lifecycle.initial(
-            self.timings, started=self.now, record_id="i7", saved=self.saved
-        )
+        self.state = initial(self.timings, started=self.now, record_id="i7", saved=self.saved)
         self.feed(Started(cpus=8, gpus=1))
 
     def at(self, when: float, event: Event) -> Run:
@@ -183,8 +183,8 @@ class Run:
     def commands(self, kind: type[Command]) -> list[Any]:
         return [c for _, c in self.trace if isinstance(c, kind)]
 
-    def report(self) -> lifecycle.Report:
-        reports: set[lifecycle.Report] = {c.report for c in self.commands(SendReport)}
+    def report(self) -> Report:
+        reports: set[Report] = {c.report for c in self.commands(SendReport)}
         (sent,) = reports
         return sent
 
@@ -331,7 +331,7 @@ def test_every_ending_reports_then_stops_ray_then_destroys(case: str) -> None:
     stops = ["StopRay"] if run.commands(StartRay) else []
     assert run.order() == ["SendReport", *stops, "DestroySelf"]
     assert run.times(DestroySelf)[0] == ending.at
-    assert run.state.phase == lifecycle.CONFIRMED
+    assert run.state.phase == CONFIRMED
     if ending.phase == "candidate":
         assert run.commands(StartRay) == [] and run.commands(SendHeartbeat) == []
 
@@ -358,7 +358,7 @@ def test_a_worker_heartbeats_every_30_seconds_from_its_enrollment() -> None:
     assert run.times(StartRay) == [1000.0]
     assert run.times(SendHeartbeat) == [1000.0 + 30 * k for k in range(7)]
     assert [c.seq for c in run.commands(SendHeartbeat)] == list(range(1, 8))
-    assert run.state.phase == lifecycle.WORKER and run.commands(SendReport) == []
+    assert run.state.phase == WORKER and run.commands(SendReport) == []
 
 
 def test_a_worker_gives_up_300s_after_its_last_success() -> None:
@@ -402,7 +402,7 @@ def test_no_enrollment_within_10_minutes() -> None:
 
 
 def test_the_enrollment_window_runs_from_the_boot_not_from_the_first_attempt() -> None:
-    state = lifecycle.initial(Timings(), started=0.0)
+    state = initial(Timings(), started=0.0)
     _, commands = lifecycle.step(state, Started(4, 0), 599.0)  # a slow start (the download)
     assert commands == [SendEnroll(timeout=1.0), WakeAt(600.0)]  # no attempt outlives the window
     _, late = lifecycle.step(state, Started(4, 0), 600.0)
@@ -451,7 +451,7 @@ def test_the_destroy_is_retried_every_5_seconds_until_vast_confirms_and_never_ex
     # confirmed on the 4th: asked again every 12 retries (60 s), for as long as PID 1 lives
     later = run.times(DestroySelf)[4:]
     assert later == [175.0 + 60 * k for k in range(59)]  # to 3655 s: the run ends at 3700 s
-    assert run.state.phase == lifecycle.CONFIRMED
+    assert run.state.phase == CONFIRMED
     assert run.state.confirmed_at == 115.0
     assert run.wake is not None  # it still has something to do: it never exits
 
@@ -475,7 +475,7 @@ def test_the_heads_thresholds_win_over_the_environments() -> None:
 @pytest.mark.parametrize("name", ["SIGQUIT", "SIGUSR1", "USR2", "SIGCONT"])
 def test_other_signals_change_nothing(name: str) -> None:
     run = Run().at(100.0, Signalled(name)).run_until(400)
-    assert run.state.phase == lifecycle.WORKER and run.commands(SendReport) == []
+    assert run.state.phase == WORKER and run.commands(SendReport) == []
     assert run.times(SendHeartbeat)[-1] == 390.0
 
 
@@ -491,7 +491,7 @@ def test_nothing_restarts_an_ending_under_way() -> None:
 
 
 def test_answers_that_come_late_change_nothing() -> None:
-    state = lifecycle.initial(Timings(), started=0.0)
+    state = initial(Timings(), started=0.0)
     state, _ = lifecycle.step(state, Started(2, 0), 0.0)
     for late in (HeartbeatAnswered(403, UNKNOWN), ReportDone(200), DestroyAnswered(True)):
         assert lifecycle.step(state, late, 1.0) == (state, [WakeAt(0.0 + 600.0)])
@@ -503,8 +503,9 @@ def test_a_tick_before_anything_is_due_changes_nothing() -> None:
     assert lifecycle.step(before, Tick(), 11.0) == (before, [WakeAt(30.0)])
 
 
-def test_the_machine_does_no_io_and_reads_no_clock() -> None:
-    tree = ast.parse(Path(lifecycle.__file__).read_text())
+@pytest.mark.parametrize("module", ["lifecycle", "events", "commands", "state"])
+def test_the_machine_does_no_io_and_reads_no_clock(module: str) -> None:
+    tree = ast.parse(Path(lifecycle.__file__).with_name(f"{module}.py").read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -573,7 +574,7 @@ def test_the_heads_deliberate_stop_keeps_the_disk_and_exits_without_destroying(c
     assert run.order() == ["SendReport", "StopRay", "SaveIdentity", "Exit"]
     assert run.commands(DestroySelf) == []
     assert run.times(Exit) == [100.0] and run.commands(Exit) == [Exit(0)]
-    assert run.state.phase == lifecycle.STOPPED and run.state.kept_disk
+    assert run.state.phase == STOPPED and run.state.kept_disk
     (kept,) = run.commands(SaveIdentity)
     assert kept.identity["certificate"] == CERTIFICATE  # what the next boot resumes with
     assert kept.identity["record_id"] == "i7"
@@ -585,7 +586,7 @@ def test_every_other_answer_destroys_as_the_seed_says(case: str) -> None:
     run = DESTROYS[case]()
     assert run.commands(Exit) == []
     assert run.commands(DestroySelf), "no destroy"
-    assert run.state.phase == lifecycle.CONFIRMED and not run.state.kept_disk
+    assert run.state.phase == CONFIRMED and not run.state.kept_disk
     assert run.order()[0] == "SendReport"
     assert run.order().count("StopRay") <= 1  # Ray is stopped once, whatever came first
     if case != "deliberate, the disk cannot keep it":
@@ -598,12 +599,12 @@ def test_a_saved_identity_resumes_instead_of_enrolling() -> None:
     assert run.times(SendResume) == [1000.0]
     # the resume is taken: the identity is forgotten first (a later restart enrolls, and the
     # head refuses it as a second enrollment), then Ray starts with the kept certificate
-    kinds = [type(c).__name__ for _, c in run.trace if not isinstance(c, (lifecycle.Log, WakeAt))]
+    kinds = [type(c).__name__ for _, c in run.trace if not isinstance(c, (Log, WakeAt))]
     assert kinds[:3] == ["SendResume", "ForgetIdentity", "StartRay"]
     (start,) = run.commands(StartRay)
     assert start.answer["certificate"] == CERTIFICATE and start.answer["resumed"] is True
     assert run.times(SendHeartbeat) == [1000.0, 1030.0, 1060.0]
-    assert run.state.phase == lifecycle.WORKER and run.state.saved is None
+    assert run.state.phase == WORKER and run.state.saved is None
 
 
 def test_a_resume_that_is_not_answered_is_tried_again_as_an_enrollment_is() -> None:
@@ -612,7 +613,7 @@ def test_a_resume_that_is_not_answered_is_tried_again_as_an_enrollment_is() -> N
         World(resume=lambda now: next(answers, ResumeAnswered(200, RESUMED))), saved=dict(ANSWER)
     ).run_until(30)
     assert run.times(SendResume) == [0.0, 5.0, 10.0]
-    assert run.state.phase == lifecycle.WORKER and len(run.commands(ForgetIdentity)) == 1
+    assert run.state.phase == WORKER and len(run.commands(ForgetIdentity)) == 1
 
 
 def test_a_deliberate_stop_while_resuming_keeps_the_saved_identity() -> None:
@@ -653,10 +654,10 @@ def test_signals_while_keeping_the_disk_change_nothing() -> None:
         return None  # the driver has not answered yet
 
     run = term_at_100(lambda now: ReportDone(200, DELIBERATE), save=slow_save)
-    assert run.state.phase == lifecycle.KEEPING
+    assert run.state.phase == KEEPING
     run.feed(Signalled("SIGTERM"))
     run.feed(RayExited(0))
-    assert run.state.phase == lifecycle.KEEPING and saves == [100.0]
+    assert run.state.phase == KEEPING and saves == [100.0]
     run.feed(IdentitySaved(True))
-    assert run.state.phase == lifecycle.STOPPED and run.commands(Exit) == [Exit(0)]
+    assert run.state.phase == STOPPED and run.commands(Exit) == [Exit(0)]
     assert run.commands(DestroySelf) == []

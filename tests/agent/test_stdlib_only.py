@@ -17,9 +17,9 @@ import pytest
 from reconciler.head.agentsource import AgentBundle
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ["bootloader", "config", "cores", "ending", "gpus_sample", "identity", "lifecycle",
-           "main", "messages", "raynode", "rayversion", "sampling", "stopping", "transport",
-           "watchdog"]  # fmt: skip
+MODULES = ["bootloader", "commands", "config", "cores", "ending", "events", "gpus_sample",
+           "identity", "lifecycle", "main", "messages", "raynode", "rayversion", "sampling",
+           "state", "stopping", "transport", "watchdog"]  # fmt: skip
 
 PROBE = """
 import importlib, json, sys

@@ -21,20 +21,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from agent import lifecycle, messages, stopping
-from agent.lifecycle import (
-    DestroySelf,
-    Event,
-    Exit,
-    HeartbeatAnswered,
-    Log,
-    RayExited,
-    ReportDone,
-    SaveIdentity,
-    SendHeartbeat,
-    SendReport,
-    Signalled,
-)
+from agent import messages, stopping
+from agent.commands import DestroySelf, Exit, Log, SaveIdentity, SendHeartbeat, SendReport
+from agent.events import Event, HeartbeatAnswered, RayExited, ReportDone, Signalled
+from agent.state import STOPPED, WORKER
 
 from .test_lifecycle import DELIBERATE, OK_BEAT, Run, World
 
@@ -87,7 +77,7 @@ def test_a_pending_stop_is_acknowledged_at_once_and_in_every_heartbeat_after() -
         (150.0, True),
         (180.0, True),
     ]
-    assert run.state.stop_pending_at == 60.0 and run.state.phase == lifecycle.WORKER
+    assert run.state.stop_pending_at == 60.0 and run.state.phase == WORKER
     assert logs(run, "stop pending")
 
 
@@ -102,7 +92,7 @@ def test_ray_exiting_during_a_pending_stop_is_part_of_it_and_the_term_keeps_the_
     [report] = run.commands(SendReport)
     assert report.report.reason == "signal" and run.times(SendReport) == [66.0]
     assert run.order() == ["SendReport", "StopRay", "SaveIdentity", "Exit"]
-    assert run.commands(DestroySelf) == [] and run.state.phase == lifecycle.STOPPED
+    assert run.commands(DestroySelf) == [] and run.state.phase == STOPPED
     assert isinstance(run.commands(SaveIdentity)[0], SaveIdentity)
     assert run.commands(Exit) == [Exit(0)]
 
@@ -114,7 +104,7 @@ def test_ray_exiting_without_a_pending_stop_is_still_an_ending() -> None:
 
 def test_a_cancelled_stop_ends_the_wait_and_the_worker_serves_on() -> None:
     run = Run(World(heartbeat=answers((60.0, PENDING), (90.0, CANCELLED)))).run_until(200)
-    assert run.state.stop_pending_at is None and run.state.phase == lifecycle.WORKER
+    assert run.state.stop_pending_at is None and run.state.phase == WORKER
     assert logs(run, "stop cancelled") == [90.0]
     assert acks(run)[-3:] == [(120.0, False), (150.0, False), (180.0, False)]
     assert run.commands(SendReport) == []

@@ -1,7 +1,7 @@
 """The virtual-time harness runs the real agent's machine against the real heads: every failure
 is injected at the container's boundary, and what follows is the agent's own doing.
 
-Each case builds a small fleet (`bench.harness.fleet`), lets a worker enroll through its
+Each case builds a small fleet (`fleetsim.harness.fleet`), lets a worker enroll through its
 cluster's `HeadApp`, injects one `ContainerFault` (or a vast stop, or a signal) and reads the
 outcome where it is kept: the head's ledger (the worker's report), vastsim (who destroyed the
 instance, with which key, when) and the agent itself (`Fleet.agent`).
@@ -17,32 +17,27 @@ from collections.abc import Iterator
 import pytest
 
 from bench.agents import ContainerFault, Image, Span
-from bench.harness import START, Fleet, fleet
+from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import Intent, Role
 from reconciler.model.spec import ClusterSpec
-from reconciler.spec.loader import load_texts
+from tests.specs import load_spec, spec_yaml
 
 SPEC = """\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {{name: {name}}}
-spec:
-  max_dollars_per_hour: 5
-  node_types:
-    gpu:
-      min_workers: {workers}
-      max_workers: {workers}
-      candidate_factor: 1
-      image: rayproject/ray:2.60.0-py311-cpu
-      disk_gb: 10
-      offer:
-        filters: {{num_gpus: {{eq: 1}}}}
+max_dollars_per_hour: 5
+node_types:
+  gpu:
+    min_workers: {workers}
+    max_workers: {workers}
+    candidate_factor: 1
+    image: rayproject/ray:2.60.0-py311-cpu
+    disk_gb: 10
+    offer:
+      filters: {{num_gpus: {{eq: 1}}}}
 """
 
 
 def spec(name: str = "a", workers: int = 1) -> ClusterSpec:
-    (loaded,) = load_texts([(f"{name}.yaml", SPEC.format(name=name, workers=workers))]).clusters
-    return loaded
+    return load_spec(spec_yaml(name, SPEC.format(workers=workers)), f"{name}.yaml")
 
 
 @pytest.fixture

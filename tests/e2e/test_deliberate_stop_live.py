@@ -35,8 +35,9 @@ from typing import Any
 
 import pytest
 
-from bench.live import Live, leftover_processes, live_cluster, wait_for
+from bench.live import Live, leftover_processes, live_cluster
 from tests.e2e.test_live_seed import loopback_only
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.e2e,

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.live import API_KEY, Live, leftover_processes, live_cluster, wait_for
+from bench.live import API_KEY, Live, leftover_processes, live_cluster
 from reconciler.embedded import rayhead
+from tests.waiting import wait_for
 
 
 def loopback_only() -> bool:

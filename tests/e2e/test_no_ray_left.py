@@ -15,15 +15,13 @@ not tied to this test are not counted: other test runs on this machine have thei
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from bench.live import wait_for as poll
 from reconciler.embedded import rayhead
 from tests.e2e.test_live_seed import loopback_only
+from tests.e2e.upped import UpCluster
 from tests.waiting import wait_for
 
 pytestmark = [
@@ -31,9 +29,6 @@ pytestmark = [
     pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
-REVAST = (sys.executable, "-m", "reconciler")
 CLUSTER = "local-sim"
 WORKER_RAY = ("raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
@@ -98,69 +93,32 @@ def describe(pids: list[int]) -> str:
     return "\n".join(lines)
 
 
-def test_up_then_down_leaves_no_ray_process(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+def test_up_then_down_leaves_no_ray_process(upped: UpCluster) -> None:
+    up = upped()
+    state = up.state
     head_dir = rayhead.temp_dir(state, CLUSTER)
     containers = state / "vastsim" / "containers"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAST_", "RAY_"))}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    up = subprocess.Popen(
-        [*REVAST, "up", "examples/clusters/local-sim.yaml", "--state-dir", str(state)],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        token = state / "pki" / CLUSTER / "ray-auth-token"
-        ray_env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    wait_for(up.worker_in_ray_status, 180, "a worker in `ray status`", every=2)
 
-        def worker_in_ray_status() -> bool:
-            if not token.exists():
-                return False
-            shown = subprocess.run(
-                [RAY, "status", "--address", "127.0.0.1:6380"],
-                env=ray_env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            return "rv-slot-" in shown.stdout
+    def worker_ray() -> list[int]:
+        """The worker's raylet and agents (in a container: their working directory is its),
+        once all three are up (the agents start a little after the raylet)."""
+        pids = [
+            p
+            for p in cluster_processes(state, head_dir)
+            if _link(f"/proc/{p}/cwd").startswith(f"{containers}/")
+            and any(name in cmdline(p) for name in WORKER_RAY)
+        ]
+        every = all(any(name in cmdline(p) for p in pids) for name in WORKER_RAY)
+        return pids if every else []
 
-        poll(worker_in_ray_status, 180, every=2)
-
-        def worker_ray() -> list[int]:
-            """The worker's raylet and agents (in a container: their working directory is its),
-            once all three are up (the agents start a little after the raylet)."""
-            pids = [
-                p
-                for p in cluster_processes(state, head_dir)
-                if _link(f"/proc/{p}/cwd").startswith(f"{containers}/")
-                and any(name in cmdline(p) for name in WORKER_RAY)
-            ]
-            every = all(any(name in cmdline(p) for p in pids) for name in WORKER_RAY)
-            return pids if every else []
-
-        seen = wait_for(worker_ray, 60, "the worker's raylet, dashboard agent, runtime env agent")
-        # ...and run in a PID namespace of their own: the container's, which they end with
-        namespaces = {_link(f"/proc/{p}/ns/pid") for p in seen}
-        assert _link("/proc/self/ns/pid") not in namespaces, describe(seen)
-        assert len(namespaces) == 1, describe(seen)
-    finally:
-        up.terminate()
-        said, _ = up.communicate(timeout=60)
-        down = subprocess.run(
-            [*REVAST, "down", CLUSTER, "--auto-approve", "--state-dir", str(state)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
+    seen = wait_for(worker_ray, 60, "the worker's raylet, dashboard agent, runtime env agent")
+    # ...and run in a PID namespace of their own: the container's, which they end with
+    namespaces = {_link(f"/proc/{p}/ns/pid") for p in seen}
+    assert _link("/proc/self/ns/pid") not in namespaces, describe(seen)
+    assert len(namespaces) == 1, describe(seen)
+    said = up.stop()
+    down = up.down(CLUSTER)
     assert down.returncode == 0, said[-3000:] + down.stdout + down.stderr
     assert "Embedded vastsim stopped." in down.stdout
     try:

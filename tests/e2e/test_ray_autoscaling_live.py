@@ -1,9 +1,9 @@
 """Ray-native autoscaling end to end, with real Ray on the embedded simulator (issue 15).
 
-Each test runs its own `ray-vast up` on copies of `examples/clusters/local-sim.yaml` on free
-ports, with a state directory of its own, and always `down` at the end. A driver connects to the
-cluster's real Ray head and asks for work; ray-vast reads that demand from Ray's GCS and packs it
-as Ray's own scheduler would:
+Each test runs its own `ray-vast up` (the fixture `upped`) on copies of
+`examples/clusters/local-sim.yaml` on free ports, with a state directory of its own, and always
+`down` at the end. A driver connects to the cluster's real Ray head and asks for work; ray-vast
+reads that demand from Ray's GCS and packs it as Ray's own scheduler would:
 
 - a STRICT_SPREAD placement group of two one-CPU bundles rents two workers, one bundle on each;
 - `ray.autoscaler.sdk.request_resources(num_cpus=4)` rents two 2-core workers, no task submitted
@@ -22,25 +22,17 @@ replace a worker that ended, never add one.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.live import free_port, wait_for
 from tests.e2e.test_live_seed import loopback_only
-from tests.e2e.test_up_readme import RAY, ROOT
-from tests.served import LOCAL_SIM
+from tests.e2e.upped import Peak, UpCluster, local_sim
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -61,257 +53,6 @@ IDLE_WINDOWS = """\
     auto_destroy_seconds: 2
   testing: {allow_short_thresholds: true}
 """
-
-
-def spec_text(
-    name: str = "local-sim",
-    *,
-    min_workers: int = 0,
-    max_workers: int = 3,
-    extra: str = "",
-) -> tuple[str, int]:
-    """local-sim.yaml as `name`, its cpu node type within min/max, one candidate per slot (two
-    cores are few), on free ports; and its Ray port."""
-    ray_port = free_port()
-    text = (
-        LOCAL_SIM.read_text()
-        .replace("name: local-sim", f"name: {name}")
-        .replace("min_workers: 1 ", f"min_workers: {min_workers} ")
-        .replace("max_workers: 2", f"max_workers: {max_workers}")
-        .replace("candidate_factor: 2", "candidate_factor: 1")
-        .replace("max_dollars_per_hour: 1.00", "max_dollars_per_hour: 5.00")
-        .replace("ray_port: 6380", f"ray_port: {ray_port}")
-        .replace("enroll_port: 18443", f"enroll_port: {free_port()}")
-        .replace("heartbeat_port: 18444", f"heartbeat_port: {free_port()}")
-        .replace("metrics_port: 19464", f"metrics_port: {free_port()}")
-    )
-    assert f"max_workers: {max_workers}" in text and f"name: {name}" in text, text
-    assert f"min_workers: {min_workers} " in text and "candidate_factor: 1" in text, text
-    return text.rstrip("\n") + "\n" + extra, ray_port
-
-
-def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAST_", "RAY_", "CUDA_"))}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-@dataclass
-class Up:
-    """One running `ray-vast up` and what the test reads of it."""
-
-    state: Path
-    log: Path
-    proc: subprocess.Popen[str]
-    ports: dict[str, int]  # cluster -> its Ray head's port
-    env: dict[str, str] = field(default_factory=base_env)
-
-    def address(self, cluster: str) -> str:
-        return f"127.0.0.1:{self.ports[cluster]}"
-
-    def ray_env(self, cluster: str) -> dict[str, str]:
-        token = self.state / "pki" / cluster / "ray-auth-token"
-        return {**self.env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-
-    def head_up(self, cluster: str) -> bool:
-        if not (self.state / "pki" / cluster / "ray-auth-token").exists():
-            return False
-        shown = subprocess.run(
-            [RAY, "status", "--address", self.address(cluster)],
-            env=self.ray_env(cluster),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        return shown.returncode == 0
-
-    def records(self) -> dict[str, Any]:
-        try:
-            return dict(json.loads((self.state / "state.json").read_text())["records"])
-        except (OSError, ValueError, KeyError):
-            return {}
-
-    def instances(self, cluster: str) -> list[dict[str, Any]]:
-        return [r for r in self.records().get("instances", {}).values() if r["cluster"] == cluster]
-
-    def requests(self, cluster: str) -> list[dict[str, Any]]:
-        found = [r for r in self.records().get("requests", {}).values() if r["cluster"] == cluster]
-        return sorted(found, key=lambda r: r["placed_at"])
-
-    def serving(self, cluster: str) -> list[dict[str, Any]]:
-        return [
-            r
-            for r in self.instances(cluster)
-            if r.get("role") == "worker"
-            and r.get("intent") == "running"
-            and r.get("phase") != "destroyed"
-        ]
-
-    def ledger(self) -> list[dict[str, Any]]:
-        try:
-            text = (self.state / "ledger.jsonl").read_text()
-        except OSError:
-            return []
-        out = []
-        for line in text.splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue  # a line being written
-        return out
-
-    def said(self) -> str:
-        """The story for a failure: the ledger's decisions and detections, and up's log."""
-        story = "\n".join(
-            f"{e['time']:.1f} {e.get('cluster')} {e['kind']} {e['class']} {e.get('record')}: "
-            f"{e['message'][:140]}"
-            for e in self.ledger()
-            if e["kind"] in ("decision", "detection", "call") or e["class"] in ("enrolled",)
-        )
-        log = self.log.read_text()[-6000:] if self.log.exists() else ""
-        return f"ledger:\n{story}\nup said:\n{log}"
-
-    def ended_workers(self, cluster: str) -> int:
-        """Workers whose agent reported their end (e.g. Ray's start timed out on 2 cores)."""
-        return sum(
-            1
-            for e in self.ledger()
-            if e.get("cluster") == cluster
-            and e["class"] == "worker_report"
-            and "(worker)" in e["message"]
-        )
-
-    def driver(
-        self, cluster: str, script: str, timeout: float = 600
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-c", script, self.address(cluster)],
-            env=self.ray_env(cluster),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def ray_workers(self, cluster: str) -> list[dict[str, Any]]:
-        """ray-vast's workers as Ray's GCS has them, dead ones too."""
-        shown = self.driver(cluster, GCS_NODES, timeout=90)
-        return [json.loads(line[5:]) for line in shown.stdout.splitlines() if line[:5] == "NODE "]
-
-    def status(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "reconciler", "status", *args, "--state-dir", str(self.state)],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-
-DOWN = [sys.executable, "-m", "reconciler", "down"]
-
-
-def down(state: Path, env: dict[str, str], cluster: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*DOWN, cluster, "--auto-approve", "--state-dir", str(state)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-
-
-@contextmanager
-def running_up(tmp_path: Path, specs: dict[str, tuple[str, int]]) -> Iterator[Up]:
-    """`ray-vast up` on these clusters (one file, or a directory of one file each), every Ray
-    head up; `down` of each cluster afterwards, whatever happened."""
-    state = tmp_path / "state"
-    if len(specs) == 1:
-        ((name, (text, _)),) = specs.items()
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(text)
-    else:
-        path = tmp_path / "clusters"
-        path.mkdir()
-        for name, (text, _) in specs.items():
-            (path / f"{name}.yaml").write_text(text)
-    log = tmp_path / "up.log"
-    env = base_env()
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler", "up", str(path), "--state-dir", str(state)],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    up = Up(state, log, proc, {name: port for name, (_, port) in specs.items()}, env)
-    try:
-        for name in specs:
-            try:
-                wait_for(partial(up.head_up, name), 180, every=2)
-            except AssertionError:
-                raise AssertionError(f"the Ray head of {name} is not up\n{up.said()}") from None
-        yield up
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        downs = [down(state, env, name) for name in specs]
-        for ended in downs:
-            assert ended.returncode == 0, ended.stdout + ended.stderr
-
-
-class Peak:
-    """The most serving workers of each cluster seen at once, sampled every half second."""
-
-    def __init__(self, up: Up) -> None:
-        self.up = up
-        self.seen: dict[str, int] = dict.fromkeys(up.ports, 0)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> Peak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.5):
-            for cluster in self.seen:
-                self.seen[cluster] = max(self.seen[cluster], len(self.up.serving(cluster)))
-
-
-GCS_NODES = textwrap.dedent(
-    """
-    import json, sys
-    from ray._raylet import GcsClient
-    gcs = GcsClient(address=sys.argv[1])
-    for node_id, node in gcs.get_all_node_info(timeout=30).items():
-        if "rv_record" in node.labels:
-            print("NODE", json.dumps({
-                "id": node_id.hex(),
-                "record": node.labels["rv_record"],
-                "node_type": node.labels.get("rv_node_type"),
-                "alive": node.state == 0,
-                "death_reason": int(node.death_info.reason),
-                "death_message": node.death_info.reason_message,
-            }))
-    """
-)
 AUTOSCALER_DRAIN_IDLE = 4  # NodeDeathInfo.Reason
 
 
@@ -332,25 +73,25 @@ STRICT_SPREAD = textwrap.dedent(
 )
 
 
-def test_a_strict_spread_group_of_two_bundles_rents_two_nodes(tmp_path: Path) -> None:
-    with running_up(tmp_path, {"local-sim": spec_text(max_workers=3)}) as up:
-        assert up.instances("local-sim") == []  # min_workers 0: nothing yet
-        with Peak(up) as peak:
-            ran = up.driver("local-sim", STRICT_SPREAD)
-        assert "PG " in ran.stdout, ran.stdout + ran.stderr[-3000:] + up.said()
-        group = json.loads(ran.stdout.split("PG ", 1)[1].splitlines()[0])
-        assert group["ready"] is True and group["state"] == "CREATED", (group, up.said())
-        bundles = group["bundles"]
-        # each bundle on its own node, both workers of the cpu node type (Ray keeps GPU nodes
-        # for GPU work)
-        assert len(bundles) == 2, group
-        assert len({b["rv_record"] for b in bundles.values()}) == 2, group
-        assert {b["rv_node_type"] for b in bundles.values()} == {"cpu"}, group
-        requests = up.requests("local-sim")
-        assert [len(r["slots"]) for r in requests][:1] == [2], up.said()
-        later = sum(len(r["slots"]) for r in requests[1:])
-        assert later == up.ended_workers("local-sim"), up.said()
-        assert peak.seen["local-sim"] <= 2, (peak.seen, up.said())
+def test_a_strict_spread_group_of_two_bundles_rents_two_nodes(upped: UpCluster) -> None:
+    up = upped(local_sim(max_workers=3))
+    assert up.instances("local-sim") == []  # min_workers 0: nothing yet
+    with Peak(up) as peak:
+        ran = up.driver("local-sim", STRICT_SPREAD)
+    assert "PG " in ran.stdout, ran.stdout + ran.stderr[-3000:] + up.said()
+    group = json.loads(ran.stdout.split("PG ", 1)[1].splitlines()[0])
+    assert group["ready"] is True and group["state"] == "CREATED", (group, up.said())
+    bundles = group["bundles"]
+    # each bundle on its own node, both workers of the cpu node type (Ray keeps GPU nodes
+    # for GPU work)
+    assert len(bundles) == 2, group
+    assert len({b["rv_record"] for b in bundles.values()}) == 2, group
+    assert {b["rv_node_type"] for b in bundles.values()} == {"cpu"}, group
+    requests = up.requests("local-sim")
+    assert [len(r["slots"]) for r in requests][:1] == [2], up.said()
+    later = sum(len(r["slots"]) for r in requests[1:])
+    assert later == up.ended_workers("local-sim"), up.said()
+    assert peak.seen["local-sim"] <= 2, (peak.seen, up.said())
 
 
 # --- 2. request_resources -----------------------------------------------------------------------
@@ -366,29 +107,29 @@ REQUEST_RESOURCES = textwrap.dedent(
 )
 
 
-def test_request_resources_rents_workers_before_any_task(tmp_path: Path) -> None:
-    with running_up(tmp_path, {"local-sim": spec_text(max_workers=3)}) as up:
-        assert up.instances("local-sim") == []
-        with Peak(up) as peak:
-            asked = up.driver("local-sim", REQUEST_RESOURCES, timeout=120)
-            assert "ASKED" in asked.stdout, asked.stdout + asked.stderr[-3000:]
+def test_request_resources_rents_workers_before_any_task(upped: UpCluster) -> None:
+    up = upped(local_sim(max_workers=3))
+    assert up.instances("local-sim") == []
+    with Peak(up) as peak:
+        asked = up.driver("local-sim", REQUEST_RESOURCES, timeout=120)
+        assert "ASKED" in asked.stdout, asked.stdout + asked.stderr[-3000:]
 
-            def two_in_ray() -> list[dict[str, Any]] | None:
-                alive = [n for n in up.ray_workers("local-sim") if n["alive"]]
-                return alive if len(alive) >= 2 else None
+        def two_in_ray() -> list[dict[str, Any]] | None:
+            alive = [n for n in up.ray_workers("local-sim") if n["alive"]]
+            return alive if len(alive) >= 2 else None
 
-            try:
-                nodes = wait_for(two_in_ray, 300, every=3)
-            except AssertionError:
-                raise AssertionError(up.said()) from None
-            time.sleep(6)  # three demand reads more: no third worker comes
-        # 4 CPUs on 2-core nodes: two workers of the cpu node type, no task ever submitted
-        assert {n["node_type"] for n in nodes} == {"cpu"}, nodes
-        requests = up.requests("local-sim")
-        assert [len(r["slots"]) for r in requests][:1] == [2], up.said()
-        later = sum(len(r["slots"]) for r in requests[1:])
-        assert later == up.ended_workers("local-sim"), up.said()
-        assert peak.seen["local-sim"] <= 2, (peak.seen, up.said())
+        try:
+            nodes = wait_for(two_in_ray, 300, every=3)
+        except AssertionError:
+            raise AssertionError(up.said()) from None
+        time.sleep(6)  # three demand reads more: no third worker comes
+    # 4 CPUs on 2-core nodes: two workers of the cpu node type, no task ever submitted
+    assert {n["node_type"] for n in nodes} == {"cpu"}, nodes
+    requests = up.requests("local-sim")
+    assert [len(r["slots"]) for r in requests][:1] == [2], up.said()
+    later = sum(len(r["slots"]) for r in requests[1:])
+    assert later == up.ended_workers("local-sim"), up.said()
+    assert peak.seen["local-sim"] <= 2, (peak.seen, up.said())
 
 
 # --- 3. infeasible demand -----------------------------------------------------------------------
@@ -410,47 +151,47 @@ INFEASIBLE = textwrap.dedent(
 INFEASIBLE_WORDS = "{TPU: 1} fits no node type of local-sim"
 
 
-def test_an_infeasible_shape_rents_nothing_and_status_says_why(tmp_path: Path) -> None:
-    with running_up(tmp_path, {"local-sim": spec_text(max_workers=3)}) as up:
-        driver = subprocess.Popen(
-            [sys.executable, "-c", INFEASIBLE, up.address("local-sim")],
-            env=up.ray_env("local-sim"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+def test_an_infeasible_shape_rents_nothing_and_status_says_why(upped: UpCluster) -> None:
+    up = upped(local_sim(max_workers=3))
+    driver = subprocess.Popen(
+        [sys.executable, "-c", INFEASIBLE, up.address("local-sim")],
+        env=up.ray_env("local-sim"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def alerted() -> list[dict[str, Any]] | None:
+            shown = up.status("--json")
+            if shown.returncode != 0:
+                return None
+            view = json.loads(shown.stdout)
+            found = [a for a in view["alerts"] if a["class"] == "infeasible_demand"]
+            return found or None
+
         try:
-
-            def alerted() -> list[dict[str, Any]] | None:
-                shown = up.status("--json")
-                if shown.returncode != 0:
-                    return None
-                view = json.loads(shown.stdout)
-                found = [a for a in view["alerts"] if a["class"] == "infeasible_demand"]
-                return found or None
-
-            try:
-                alerts = wait_for(alerted, 180, every=3)
-            except AssertionError:
-                raise AssertionError(up.said()) from None
-            assert [a["message"] for a in alerts] == [INFEASIBLE_WORDS], alerts
-            view = json.loads(up.status("--json").stdout)
-            (cluster,) = [c for c in view["clusters"] if c["name"] == "local-sim"]
-            assert [a["message"] for a in cluster["alerts"]] == [INFEASIBLE_WORDS], cluster
-            human = up.status()
-            assert INFEASIBLE_WORDS in human.stdout, human.stdout + human.stderr
-            time.sleep(10)  # five demand reads and more: still nothing rented for it
-            assert driver.poll() is None, "the driver ended: its task is no longer pending"
-        finally:
-            driver.kill()
-            out, err = driver.communicate()
-        assert "SUBMITTED" in out, out + err[-3000:]
-        assert up.instances("local-sim") == [] and up.requests("local-sim") == [], up.said()
-        calls = [e for e in up.ledger() if e["kind"] == "call"]
-        assert calls == [], up.said()
-        # said once (the ledger, once per shape), not at every reading
-        said = [e for e in up.ledger() if e["class"] == "infeasible_demand"]
-        assert len(said) == 1 and INFEASIBLE_WORDS in said[0]["message"], said
+            alerts = wait_for(alerted, 180, every=3)
+        except AssertionError:
+            raise AssertionError(up.said()) from None
+        assert [a["message"] for a in alerts] == [INFEASIBLE_WORDS], alerts
+        view = json.loads(up.status("--json").stdout)
+        (cluster,) = [c for c in view["clusters"] if c["name"] == "local-sim"]
+        assert [a["message"] for a in cluster["alerts"]] == [INFEASIBLE_WORDS], cluster
+        human = up.status()
+        assert INFEASIBLE_WORDS in human.stdout, human.stdout + human.stderr
+        time.sleep(10)  # five demand reads and more: still nothing rented for it
+        assert driver.poll() is None, "the driver ended: its task is no longer pending"
+    finally:
+        driver.kill()
+        out, err = driver.communicate()
+    assert "SUBMITTED" in out, out + err[-3000:]
+    assert up.instances("local-sim") == [] and up.requests("local-sim") == [], up.said()
+    calls = [e for e in up.ledger() if e["kind"] == "call"]
+    assert calls == [], up.said()
+    # said once (the ledger, once per shape), not at every reading
+    said = [e for e in up.ledger() if e["class"] == "infeasible_demand"]
+    assert len(said) == 1 and INFEASIBLE_WORDS in said[0]["message"], said
 
 
 # --- 4. idle workers drained through Ray and ended down to min_workers -------------------------
@@ -472,53 +213,50 @@ FOUR_TASKS = textwrap.dedent(
 
 
 def test_idle_workers_are_drained_through_ray_and_ended_down_to_min_workers(
-    tmp_path: Path,
+    upped: UpCluster,
 ) -> None:
-    spec = spec_text(min_workers=1, max_workers=3, extra=IDLE_WINDOWS)
-    with running_up(tmp_path, {"local-sim": spec}) as up:
-        try:
-            wait_for(lambda: len(up.serving("local-sim")) == 1, 240, every=1)
-        except AssertionError:
-            raise AssertionError(up.said()) from None
-        # four one-CPU tasks on 2-core workers: a second worker for the two that wait
-        ran = up.driver("local-sim", FOUR_TASKS)
-        assert "RAN ON" in ran.stdout, ran.stdout + ran.stderr[-3000:] + up.said()
-        workers = {r["id"] for r in up.instances("local-sim") if r["role"] == "worker"}
-        assert len(workers) >= 2, up.said()
+    up = upped(local_sim(min_workers=1, max_workers=3, extra=IDLE_WINDOWS))
+    try:
+        wait_for(lambda: len(up.serving("local-sim")) == 1, 240, every=1)
+    except AssertionError:
+        raise AssertionError(up.said()) from None
+    # four one-CPU tasks on 2-core workers: a second worker for the two that wait
+    ran = up.driver("local-sim", FOUR_TASKS)
+    assert "RAN ON" in ran.stdout, ran.stdout + ran.stderr[-3000:] + up.said()
+    workers = {r["id"] for r in up.instances("local-sim") if r["role"] == "worker"}
+    assert len(workers) >= 2, up.said()
 
-        def at_min_workers() -> bool:
-            ended = [r for r in up.instances("local-sim") if r["phase"] == "destroyed"]
-            return len(up.serving("local-sim")) == 1 and bool(ended)
+    def at_min_workers() -> bool:
+        ended = [r for r in up.instances("local-sim") if r["phase"] == "destroyed"]
+        return len(up.serving("local-sim")) == 1 and bool(ended)
 
-        try:
-            wait_for(at_min_workers, 240, every=2)
-        except AssertionError:
-            raise AssertionError(up.said()) from None
-        time.sleep(8)  # the idle nets run every 2 s: still one worker, never under min_workers
-        (kept,) = up.serving("local-sim")
-        ledger = up.ledger()
-        idle_ended = {
-            e["record"]
-            for e in ledger
-            if e["class"] in ("idle_stop", "idle_destroy") and e["record"]
-        }
-        # the idle end came from the money chain (not a worker's own report), for a worker that
-        # is now destroyed, and never for the one kept at min_workers. (The stop is enough: a
-        # stopped container's PID 1 gets SIGTERM, and the agent reports it and destroys its own
-        # instance, so the idle destroy timer is not reached.)
-        destroyed = {r["id"] for r in up.instances("local-sim") if r["phase"] == "destroyed"}
-        assert idle_ended and idle_ended <= destroyed, up.said()
-        assert kept["id"] not in idle_ended, up.said()
-        # Ray saw the drain: the ended worker's node is dead, drained for idle termination
-        # (or up's log has Ray's acceptance of the idle drain)
-        nodes = {n["record"]: n for n in up.ray_workers("local-sim")}
-        log = up.log.read_text()
-        for record in sorted(idle_ended):
-            node = nodes.get(record)
-            assert node is not None and not node["alive"], (record, nodes, up.said())
-            accepted = f"Ray node of {record} drained for idle end: True" in log
-            assert node["death_reason"] == AUTOSCALER_DRAIN_IDLE or accepted, (node, up.said())
-        assert nodes[kept["id"]]["alive"], (nodes, up.said())
+    try:
+        wait_for(at_min_workers, 240, every=2)
+    except AssertionError:
+        raise AssertionError(up.said()) from None
+    time.sleep(8)  # the idle nets run every 2 s: still one worker, never under min_workers
+    (kept,) = up.serving("local-sim")
+    ledger = up.ledger()
+    idle_ended = {
+        e["record"] for e in ledger if e["class"] in ("idle_stop", "idle_destroy") and e["record"]
+    }
+    # the idle end came from the money chain (not a worker's own report), for a worker that
+    # is now destroyed, and never for the one kept at min_workers. (The stop is enough: a
+    # stopped container's PID 1 gets SIGTERM, and the agent reports it and destroys its own
+    # instance, so the idle destroy timer is not reached.)
+    destroyed = {r["id"] for r in up.instances("local-sim") if r["phase"] == "destroyed"}
+    assert idle_ended and idle_ended <= destroyed, up.said()
+    assert kept["id"] not in idle_ended, up.said()
+    # Ray saw the drain: the ended worker's node is dead, drained for idle termination
+    # (or up's log has Ray's acceptance of the idle drain)
+    nodes = {n["record"]: n for n in up.ray_workers("local-sim")}
+    log = up.log.read_text()
+    for record in sorted(idle_ended):
+        node = nodes.get(record)
+        assert node is not None and not node["alive"], (record, nodes, up.said())
+        accepted = f"Ray node of {record} drained for idle end: True" in log
+        assert node["death_reason"] == AUTOSCALER_DRAIN_IDLE or accepted, (node, up.said())
+    assert nodes[kept["id"]]["alive"], (nodes, up.said())
 
 
 # --- 5. two clusters in one up, each from its own demand --------------------------------------
@@ -539,53 +277,49 @@ TASKS = textwrap.dedent(
 )
 
 
-def test_two_clusters_in_one_up_each_scale_from_their_own_demand(tmp_path: Path) -> None:
-    specs = {
-        "sim-a": spec_text("sim-a", max_workers=3),
-        "sim-b": spec_text("sim-b", max_workers=3),
-    }
-    with running_up(tmp_path, specs) as up:
-        assert up.instances("sim-a") == [] and up.instances("sim-b") == []
+def test_two_clusters_in_one_up_each_scale_from_their_own_demand(upped: UpCluster) -> None:
+    up = upped(local_sim("sim-a", max_workers=3), local_sim("sim-b", max_workers=3))
+    assert up.instances("sim-a") == [] and up.instances("sim-b") == []
 
-        def tasks(cluster: str, count: int) -> subprocess.Popen[str]:
-            return subprocess.Popen(
-                [sys.executable, "-c", TASKS, up.address(cluster), str(count)],
-                env=up.ray_env(cluster),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+    def tasks(cluster: str, count: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", TASKS, up.address(cluster), str(count)],
+            env=up.ray_env(cluster),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
-        with Peak(up) as peak:
-            a = tasks("sim-a", 3)  # three one-CPU tasks: two 2-core workers
+    with Peak(up) as peak:
+        a = tasks("sim-a", 3)  # three one-CPU tasks: two 2-core workers
+        try:
+            wait_for(lambda: up.requests("sim-a"), 120, every=0.5)
+            # sim-b's Ray asked for nothing: it rents nothing for sim-a's tasks
+            assert up.instances("sim-b") == [], up.said()
+            b = tasks("sim-b", 1)  # one task: one worker
             try:
-                wait_for(lambda: up.requests("sim-a"), 120, every=0.5)
-                # sim-b's Ray asked for nothing: it rents nothing for sim-a's tasks
-                assert up.instances("sim-b") == [], up.said()
-                b = tasks("sim-b", 1)  # one task: one worker
-                try:
-                    out_b, err_b = b.communicate(timeout=600)
-                finally:
-                    b.kill()
-                out_a, err_a = a.communicate(timeout=600)
+                out_b, err_b = b.communicate(timeout=600)
             finally:
-                a.kill()
-        for out, err in ((out_a, err_a), (out_b, err_b)):
-            assert "RAN ON" in out, out + err[-3000:] + up.said()
-        ran = {
-            "sim-a": ran_on(out_a),
-            "sim-b": ran_on(out_b),
-        }
-        for cluster, wanted in (("sim-a", 2), ("sim-b", 1)):
-            requests = up.requests(cluster)
-            assert [len(r["slots"]) for r in requests][:1] == [wanted], (cluster, up.said())
-            later = sum(len(r["slots"]) for r in requests[1:])
-            assert later == up.ended_workers(cluster), (cluster, up.said())
-            assert peak.seen[cluster] <= wanted, (peak.seen, up.said())
-            # each driver's tasks ran on its own cluster's workers only
-            mine = {str(r["vast_id"]) for r in up.instances(cluster) if r.get("vast_id")}
-            assert set(ran[cluster]) <= mine, (cluster, ran, mine)
-            assert len(ran[cluster]) == wanted, (cluster, ran)
+                b.kill()
+            out_a, err_a = a.communicate(timeout=600)
+        finally:
+            a.kill()
+    for out, err in ((out_a, err_a), (out_b, err_b)):
+        assert "RAN ON" in out, out + err[-3000:] + up.said()
+    ran = {
+        "sim-a": ran_on(out_a),
+        "sim-b": ran_on(out_b),
+    }
+    for cluster, wanted in (("sim-a", 2), ("sim-b", 1)):
+        requests = up.requests(cluster)
+        assert [len(r["slots"]) for r in requests][:1] == [wanted], (cluster, up.said())
+        later = sum(len(r["slots"]) for r in requests[1:])
+        assert later == up.ended_workers(cluster), (cluster, up.said())
+        assert peak.seen[cluster] <= wanted, (peak.seen, up.said())
+        # each driver's tasks ran on its own cluster's workers only
+        mine = {str(r["vast_id"]) for r in up.instances(cluster) if r.get("vast_id")}
+        assert set(ran[cluster]) <= mine, (cluster, ran, mine)
+        assert len(ran[cluster]) == wanted, (cluster, ran)
 
 
 def ran_on(out: str) -> object:

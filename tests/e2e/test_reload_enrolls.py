@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.live import live_cluster, spec_text, wait_for
+from bench.live import live_cluster, spec_text
 from tests.e2e.test_live_seed import loopback_only
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.e2e,

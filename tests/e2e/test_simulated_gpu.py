@@ -13,28 +13,23 @@ which start a real Ray worker against the real Ray head of `up`."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.live import describe, leftover_processes, wait_for
-from reconciler.embedded import rayhead
 from tests.e2e.test_live_seed import loopback_only
-from tests.e2e.test_up_readme import _down
+from tests.e2e.upped import UpCluster
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 ADDRESS = "127.0.0.1:6380"  # local-sim's Ray head
-UP = [sys.executable, "-m", "reconciler", "up", "examples/clusters/local-sim.yaml"]
 
 NODES = textwrap.dedent(
     f"""
@@ -91,86 +86,45 @@ def of_type(nodes: list[dict[str, Any]], node_type: str) -> list[dict[str, Any]]
     return [n for n in nodes if n["labels"].get("rv_node_type") == node_type]
 
 
-def test_a_gpu_task_rents_a_simulated_gpu_worker_and_runs_on_it(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAST_", "RAY_", "CUDA_"))}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    up = subprocess.Popen(
-        [*UP, "--state-dir", str(state)],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
+def test_a_gpu_task_rents_a_simulated_gpu_worker_and_runs_on_it(upped: UpCluster) -> None:
+    up = upped()
+    ray_env = up.ray_env()
+    try:
+        cpu = wait_for(lambda: of_type(workers(ray_env), "cpu"), 180, "a cpu worker", every=2)
+    except AssertionError:
+        raise AssertionError(up.said()) from None
+    # the cpu node type declares CPU 2 and GPU 0: its worker's Ray says exactly that,
+    # although the simulator gave its container the offer's GPU
+    (cpu_worker,) = cpu
+    assert cpu_worker["resources"]["CPU"] == 2.0, cpu_worker
+    assert "GPU" not in cpu_worker["resources"], cpu_worker
+
+    # Ray's demand for a GPU: only the gpu node type fits it
+    task = subprocess.Popen(
+        [sys.executable, "-c", GPU_TASK],
+        env={**ray_env, "WAIT": "240"},
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         text=True,
     )
-    token = state / "pki" / "local-sim" / "ray-auth-token"
-    ray_env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-
-    output: list[str] = []
-
-    def stop_up() -> str:
-        """Stop `up` (once) and return what it said."""
-        if not output:
-            up.terminate()
-            output.append(up.communicate(timeout=60)[0])
-        return output[0]
-
-    def said() -> str:
-        log = state / "ray" / "local-sim-head.log"
-        head = log.read_text()[-2000:] if log.exists() else "(no head log)"
-        ledger = state / "ledger.jsonl"
-        lines = ledger.read_text().splitlines()[-40:] if ledger.exists() else []
-        return f"up said:\n{stop_up()[-4000:]}\n{head}\n" + "\n".join(lines)
-
     try:
-        try:
-            cpu = wait_for(
-                lambda: token.exists() and of_type(workers(ray_env), "cpu"), 180, every=2
-            )
-        except AssertionError:
-            raise AssertionError(said()) from None
-        # the cpu node type declares CPU 2 and GPU 0: its worker's Ray says exactly that,
-        # although the simulator gave its container the offer's GPU
-        (cpu_worker,) = cpu
-        assert cpu_worker["resources"]["CPU"] == 2.0, cpu_worker
-        assert "GPU" not in cpu_worker["resources"], cpu_worker
-
-        # Ray's demand for a GPU: only the gpu node type fits it
-        task = subprocess.Popen(
-            [sys.executable, "-c", GPU_TASK],
-            env={**ray_env, "WAIT": "240"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            out, err = task.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            task.kill()
-            out, err = task.communicate()
-        nodes = workers(ray_env)
-        gpu = of_type(nodes, "gpu")
-        assert "RAN " in out, f"{out}\n{err[-3000:]}\nRay's workers: {nodes}\n{said()}"
-        ran = json.loads(out.split("RAN ", 1)[1])
-        # a worker of the gpu node type joined Ray with GPU 1 (and the declared CPU 2)...
-        assert len(gpu) == 1, nodes
-        assert gpu[0]["resources"]["GPU"] == 1.0 and gpu[0]["resources"]["CPU"] == 2.0, gpu
-        # ... and the task ran there, on the fake device id Ray handed it
-        assert ran["node_type"] == "gpu", ran
-        assert ran["node"] == gpu[0]["id"], (ran, gpu)
-        assert ran["cuda"] == "0" and ran["gpu_ids"] == ["0"], ran
-        assert len(of_type(nodes, "cpu")) == 1, nodes  # and no second cpu worker for it
-    except BaseException:
-        stop_up()
-        _down(state, env)
-        raise
-    assert "watch stopped" in stop_up()
-    down = _down(state, env)
+        out, err = task.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        task.kill()
+        out, err = task.communicate()
+    nodes = workers(ray_env)
+    gpu = of_type(nodes, "gpu")
+    assert "RAN " in out, f"{out}\n{err[-3000:]}\nRay's workers: {nodes}\n{up.said()}"
+    ran = json.loads(out.split("RAN ", 1)[1])
+    # a worker of the gpu node type joined Ray with GPU 1 (and the declared CPU 2)...
+    assert len(gpu) == 1, nodes
+    assert gpu[0]["resources"]["GPU"] == 1.0 and gpu[0]["resources"]["CPU"] == 2.0, gpu
+    # ... and the task ran there, on the fake device id Ray handed it
+    assert ran["node_type"] == "gpu", ran
+    assert ran["node"] == gpu[0]["id"], (ran, gpu)
+    assert ran["cuda"] == "0" and ran["gpu_ids"] == ["0"], ran
+    assert len(of_type(nodes, "cpu")) == 1, nodes  # and no second cpu worker for it
+    assert "watch stopped" in up.stop()
+    down = up.down()
     assert down.returncode == 0, down.stdout + down.stderr
-    head_dir = str(rayhead.temp_dir(state, "local-sim"))
-    for marker in (str(state), head_dir):
-        try:
-            wait_for(lambda m=marker: leftover_processes(m) == [], 60)
-        except AssertionError:
-            raise AssertionError(describe(leftover_processes(marker))) from None
+    up.nothing_left()

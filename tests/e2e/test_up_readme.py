@@ -3,7 +3,6 @@ whose Ray worker shows in `ray status` of the local head and runs a task; `down`
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,17 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.live import describe, leftover_processes, wait_for
-from reconciler.embedded import rayhead
+from bench.live import describe, leftover_processes
 from tests.e2e.test_live_seed import loopback_only
+from tests.e2e.upped import ROOT, UpCluster
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
 TASK = textwrap.dedent(
     """
     import os, ray
@@ -98,101 +96,27 @@ def _ray_reads_work_and_drains_the_node(ray_env: dict[str, str]) -> None:
     assert "DRAINED 4" in shown.stdout or "DRAINED 2" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_up_then_ray_status_then_a_task_then_down(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAST_", "RAY_"))}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    up = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reconciler",
-            "up",
-            "examples/clusters/local-sim.yaml",
-            "--state-dir",
-            str(state),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def test_up_then_ray_status_then_a_task_then_down(upped: UpCluster) -> None:
+    up = upped()
     try:
-        token = state / "pki" / "local-sim" / "ray-auth-token"
-        ray_env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-
-        def worker_in_ray_status() -> str | None:
-            if not token.exists():
-                return None
-            shown = subprocess.run(
-                [RAY, "status", "--address", "127.0.0.1:6380"],
-                env=ray_env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            return shown.stdout if "rv-slot-" in shown.stdout else None
-
-        try:
-            status = wait_for(worker_in_ray_status, 180, every=2)
-        except AssertionError:
-            up.terminate()
-            log = state / "ray" / "local-sim-head.log"
-            head = log.read_text()[-2000:] if log.exists() else "(no head log)"
-            raise AssertionError(
-                f"up said:\n{up.communicate(timeout=60)[0][-4000:]}\n{head}"
-            ) from None
-        assert "Active:" in status
-        ran = subprocess.run(
-            [sys.executable, "-c", TASK],
-            env=ray_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert "RAN ON 2000000" in ran.stdout, ran.stdout + ran.stderr
-        _no_child_holds_the_key(state, exclude=up.pid)
-        _ray_reads_work_and_drains_the_node(ray_env)
-    except BaseException:
-        # a failure above must still end what up started: down, then the original error
-        up.terminate()
-        up.communicate(timeout=60)
-        _down(state, env)
-        raise
-    up.terminate()
-    out, _ = up.communicate(timeout=60)
-    assert "watch stopped" in out
-    down = _down(state, env)
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert "Embedded vastsim stopped." in down.stdout
-    head_dir = str(rayhead.temp_dir(state, "local-sim"))
-    for marker in (str(state), head_dir):
-        try:
-            wait_for(lambda m=marker: leftover_processes(m) == [], 60)
-        except AssertionError:
-            raise AssertionError(describe(leftover_processes(marker))) from None
-
-
-def _down(state: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reconciler",
-            "down",
-            "local-sim",
-            "--auto-approve",
-            "--state-dir",
-            str(state),
-        ],
-        cwd=ROOT,
-        env=env,
+        status = wait_for(up.worker_in_ray_status, 180, "a worker in `ray status`", every=2)
+    except AssertionError:
+        raise AssertionError(up.said()) from None
+    assert "Active:" in status
+    ray_env = up.ray_env()
+    ran = subprocess.run(
+        [sys.executable, "-c", TASK],
+        env=ray_env,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+    assert "RAN ON 2000000" in ran.stdout, ran.stdout + ran.stderr
+    _no_child_holds_the_key(up.state, exclude=up.proc.pid)
+    _ray_reads_work_and_drains_the_node(ray_env)
+    assert "watch stopped" in up.stop()
+    down = up.down()
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "Embedded vastsim stopped." in down.stdout
+    up.nothing_left()

@@ -29,22 +29,15 @@ from reconciler.head.launcher import AgentLauncher
 from reconciler.head.pki import ClusterPki, Issued, pki_dir
 from reconciler.head.service import HeadService
 from reconciler.head.shared import SharedRecords
+from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest, OfferSearch
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Phase,
-    Records,
-    Request,
-    Role,
-    Slot,
-    label_for,
-)
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role, Slot
 from reconciler.model.spec import ClusterSpec
-from reconciler.spec.loader import load_texts
 from reconciler.state.ledger import LedgerEntry, LedgerWriter, read_ledger
 from reconciler.vast import config as vast_config
+from reconciler.vast.client import VastClient
 from reconciler.vast.factory import client_from_settings
+from tests.specs import load_spec, spec_yaml
 from vastsim import Market, NoContainers, RealClock, Runner, Server, Sim, Timing, serve
 
 KEY = "acct-key-7c1e9f0d2b44a9"
@@ -87,18 +80,20 @@ bootloader_give_up_seconds: 3
 """
 
 
-def market(machines: int = 12) -> Market:
+def market(machines: int = 12, *, image: str = IMAGE, price_scale: int = 100) -> Market:
+    """`machines` one-GPU machines with `image` cached, machine i at 0.10 + i/`price_scale` $/h
+    (each a little dearer than the one before, so the planner's order is the machines' order)."""
     return Market.from_dict(
         {
-            "images": {IMAGE: 1.0},
-            "defaults": {"cached_images": [IMAGE], "storage_cost": 0.1},
+            "images": {image: 1.0},
+            "defaults": {"cached_images": [image], "storage_cost": 0.1},
             "machines": [
                 {
                     "machine_id": 100 + i,
                     "host_id": 500 + i,
                     "gpu_name": "RTX 3090",
                     "num_gpus": 1,
-                    "dph_base": 0.10 + i / 100,
+                    "dph_base": 0.10 + i / price_scale,
                 }
                 for i in range(machines)
             ],
@@ -107,38 +102,32 @@ def market(machines: int = 12) -> Market:
 
 
 def cluster_spec(*, name: str = CLUSTER, watchdogs: str = WATCHDOGS) -> ClusterSpec:
-    text = textwrap.dedent(
+    body = textwrap.dedent(
         f"""\
-        apiVersion: ray-vast/v1
-        kind: Cluster
-        metadata: {{name: {name}}}
-        spec:
-          provider: {{type: vastsim}}
-          head: {{address: 127.0.0.1, ray_port: 6390}}
-          max_dollars_per_hour: 100
-          testing: {{allow_short_thresholds: true}}
-          node_types:
-            cpu:
-              min_workers: 0
-              max_workers: 8
-              image: {IMAGE}
-              disk_gb: 10
-              pull_limit_seconds: 60
-              env: {{USER_SETTING: hello}}
-              ray_resources: {{special: 2}}
-              ray_labels: {{team: ml}}
-            plain:
-              min_workers: 0
-              max_workers: 2
-              image: {IMAGE}
-              disk_gb: 10
-              agent: false
-          watchdogs:
+        provider: {{type: vastsim}}
+        head: {{address: 127.0.0.1, ray_port: 6390}}
+        max_dollars_per_hour: 100
+        testing: {{allow_short_thresholds: true}}
+        node_types:
+          cpu:
+            min_workers: 0
+            max_workers: 8
+            image: {IMAGE}
+            disk_gb: 10
+            pull_limit_seconds: 60
+            env: {{USER_SETTING: hello}}
+            ray_resources: {{special: 2}}
+            ray_labels: {{team: ml}}
+          plain:
+            min_workers: 0
+            max_workers: 2
+            image: {IMAGE}
+            disk_gb: 10
+            agent: false
+        watchdogs:
         """
-    ) + textwrap.indent(watchdogs, "    ")
-    result = load_texts([("t.yaml", text)])
-    assert result.ok, [d.summary for d in result.diagnostics]
-    return result.clusters[0]
+    )
+    return load_spec(spec_yaml(name, body + textwrap.indent(watchdogs, "  ")))
 
 
 class ShiftClock:
@@ -197,7 +186,7 @@ class HeadWorld:
         return self.records().instances[record_id]
 
     def change(self, change: Callable[[Records], Records]) -> None:
-        self.shared.mutate(lambda records, now: change(records))
+        self.shared.update(change)
 
     def place(self, slots: int = 1, node_type: str = "cpu") -> str:
         ident = f"q{self._bump()}"
@@ -368,35 +357,14 @@ def head_world(
     clock = ShiftClock()
     saved: list[Records] = []
     with serve(sim, step_interval=0.02) as server:
-        client = client_from_settings(
-            env={"VAST_API_KEY": KEY, "VAST_URL": server.url},
-            spec_url=None,
-            clock=SystemClock(),
-            settings=vast_config.ClientSettings(pacing=False),
-        )
+        client = _client(server.url)
         writer = LedgerWriter.open(tmp / "state" / "ledger.jsonl", clock=clock, secrets=(KEY,))
-        shared = SharedRecords(records or Records(), save=saved.append, clock=clock)
+        shared = SharedRecords(records or Records(), save=saved.append)
         pki = ClusterPki.load_or_create(
             pki_dir(tmp / "state", spec.name), spec.name, spec.head.address, now=clock.now()
         )
-        # the head's own applier, as the watch controller's would be: its specs follow the app's
-        applier = Applier(
-            provider=client,
-            books=HostBooks(shared, writer, lineage),
-            now=clock.now,
-            specs=lambda: {service.app.spec.name: service.app.spec},
-        )
-        service = HeadService(
-            spec=spec,
-            cluster_pki=pki,
-            host=shared,
-            ledger=writer,
-            applier=applier,
-            lineage=lineage,
-            clock=clock,
-            bind_host="127.0.0.1",
-            enroll_port=0,
-            heartbeat_port=0,
+        service, applier = _service(
+            spec, pki=pki, shared=shared, writer=writer, client=client, lineage=lineage, clock=clock
         )
         launcher = service.launcher(
             vast_url=server.url, clock=clock, python=python, forbidden=(KEY,), agent_env=agent_env
@@ -423,6 +391,49 @@ def head_world(
             applier.stop()
             client.close()
             writer.close()
+
+
+def _client(url: str) -> VastClient:
+    """The real vast client against the served vastsim, unpaced (vastsim sets no rate limit)."""
+    return client_from_settings(
+        env={"VAST_API_KEY": KEY, "VAST_URL": url},
+        spec_url=None,
+        clock=SystemClock(),
+        settings=vast_config.ClientSettings(pacing=False),
+    )
+
+
+def _service(
+    spec: ClusterSpec,
+    *,
+    pki: ClusterPki,
+    shared: SharedRecords,
+    writer: LedgerWriter,
+    client: VastClient,
+    lineage: str,
+    clock: ShiftClock,
+) -> tuple[HeadService, Applier]:
+    """The head service on free ports, with its own applier, as the watch controller's would
+    be: its specs follow the app's."""
+    applier = Applier(
+        provider=client,
+        books=HostBooks(shared, writer, lineage),
+        now=clock.now,
+        specs=lambda: {service.app.spec.name: service.app.spec},
+    )
+    service = HeadService(
+        spec=spec,
+        cluster_pki=pki,
+        host=shared,
+        ledger=writer,
+        applier=applier,
+        lineage=lineage,
+        clock=clock,
+        bind_host="127.0.0.1",
+        enroll_port=0,
+        heartbeat_port=0,
+    )
+    return service, applier
 
 
 def venv_path() -> str:

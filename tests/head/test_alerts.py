@@ -27,6 +27,7 @@ from reconciler.head.decisions import Decision, Note
 from reconciler.head.pki import ClusterPki, pki_dir
 from reconciler.head.shared import SharedRecords
 from reconciler.model.records import Alert, InstanceRecord, Intent, Phase, Records, Role
+from reconciler.planning import alerts
 from reconciler.state.ledger import LedgerKind
 from reconciler.watch import logs as watch_logs
 
@@ -85,7 +86,7 @@ def head(tmp_path: Path) -> Iterator[Head]:
     clock = FakeClock(NOW)
     saved: list[Records] = []
     records = Records(instances={"i7": worker("i7", 700)})
-    shared = SharedRecords(records, save=saved.append, clock=clock)
+    shared = SharedRecords(records, save=saved.append)
     ledger = Ledger()
     provider = Provider()
     applier = Applier(provider=provider, books=HostBooks(shared, ledger, LINEAGE), now=clock.now)
@@ -168,7 +169,7 @@ def test_a_bad_token_from_a_strangers_address_changes_nothing(head: Head):
     assert head.shared.records().instances["i7"].intent is Intent.RUNNING
 
 
-def test_the_same_junk_message_within_a_minute_is_counted_not_added_again(head: Head):
+def test_the_same_junk_message_within_the_window_is_counted_not_added_again(head: Head):
     first = head.app.enroll(b"{not json")
     assert first.status == 400
     head.clock.advance(30)
@@ -178,12 +179,18 @@ def test_the_same_junk_message_within_a_minute_is_counted_not_added_again(head: 
     assert (alert.cls, alert.at, alert.record) == ("bad_agent_message", NOW, None)
     # unproven traffic is noted in aggregate: one ledger line a minute per source and class
     assert [c for _, c, _ in head.ledger.lines].count("bad_agent_message") == 1
-    # a minute after the first one, the next line carries the count, and alerts again
+    # a minute after the first one, the next ledger line carries the count; the alert is the
+    # one window's (planning/alerts.py, as every other alert): counted, not added again
     head.clock.advance(31)
     assert head.app.enroll(b"{}").status == 400
-    assert [a.at for a in head.alerts()] == [NOW, NOW + 61]
+    assert [a.at for a in head.alerts()] == [NOW]
     assert [c for _, c, _ in head.ledger.lines].count("bad_agent_message") == 2
     assert head.app.unproven.totals() == {("in-process", "bad_agent_message"): 4}
+    assert head.app.alert_repeats() == {("hc", "bad_agent_message"): 1}
+    # after the window, the same junk alerts again
+    head.clock.advance(alerts.ALERT_REPEAT_SECONDS)
+    assert head.app.enroll(b"{}").status == 400
+    assert [a.at for a in head.alerts()] == [NOW, NOW + 61 + alerts.ALERT_REPEAT_SECONDS]
 
 
 def test_alerts_of_other_records_or_classes_are_not_taken_for_repeats(head: Head):

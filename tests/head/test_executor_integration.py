@@ -12,9 +12,10 @@ from reconciler.applying.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.head import tokens
 from reconciler.model.codec import decode, encode
+from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest, OfferSearch
 from reconciler.model.plan import Action, ActionKind, OfferChoice, Plan
-from reconciler.model.records import Records, Request, Role, Slot, label_for
+from reconciler.model.records import Records, Request, Role, Slot
 from reconciler.state.ledger import LedgerWriter
 from reconciler.state.memory import MemoryStore
 

@@ -113,7 +113,7 @@ class Head:
     nameless_ders: tuple[bytes, ...]  # certificates (or bytes) that name no worker
 
     def reset(self) -> Records:
-        self.shared.mutate(lambda _records, _now: self.original)
+        self.shared.update(lambda _records: self.original)
         return self.shared.records()
 
 
@@ -186,7 +186,7 @@ def head(tmp_path: Path) -> Iterator[Head]:
     ca_der = ssl.PEM_cert_to_DER_cert(cluster_pki.ca_pem)
     server_der = ssl.PEM_cert_to_DER_cert(cluster_pki.server.cert_pem.decode())
     original = build_records(serial)
-    shared = SharedRecords(original, save=lambda _records: None, clock=clock)
+    shared = SharedRecords(original, save=lambda _records: None)
     ledger = QuietLedger.open(tmp_path / "ledger.jsonl", clock=clock)
     applier = RecordingApplier()
     app = HeadApp(

@@ -55,7 +55,7 @@ def test_repository_respects_the_layers() -> None:
             "reads the clock",
         ),
         ("reconciler/spec/loader.py", "import httpx", "only reconciler/vast may import httpx"),
-        ("reconciler/cli.py", "import agent", "reconciler imports 'agent'"),
+        ("reconciler/cli/__init__.py", "import agent", "reconciler imports 'agent'"),
         ("agent/__init__.py", "import reconciler", "agent imports 'reconciler'"),
         ("agent/__init__.py", "import yaml", "agent imports non-standard-library module 'yaml'"),
         ("vastsim/__init__.py", "from reconciler import cli", "vastsim imports 'reconciler'"),

@@ -7,19 +7,11 @@ import zlib
 from dataclasses import replace
 from typing import Any
 
+from reconciler.model.labels import label_for
 from reconciler.model.observed import Instance, Offer
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Phase,
-    Records,
-    Request,
-    Role,
-    Slot,
-    label_for,
-)
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role, Slot
 from reconciler.model.spec import ClusterSpec
-from reconciler.spec.loader import load_texts
+from tests.specs import load_spec, spec_yaml
 
 LINEAGE = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 OTHER_LINEAGE = "99999999-aaaa-bbbb-cccc-dddddddddddd"
@@ -36,25 +28,19 @@ def spec(
     extra: str = "",
     image: str = "img",
 ) -> ClusterSpec:
-    text = textwrap.dedent(
+    body = textwrap.dedent(
         f"""\
-        apiVersion: ray-vast/v1
-        kind: Cluster
-        metadata: {{name: {name}}}
-        spec:
-          max_dollars_per_hour: {cap}
-          node_types:
-            gpu:
-              min_workers: {min_workers}
-              max_workers: {max_workers}
-              candidate_factor: {factor}
-              image: {image}
-              disk_gb: 10
+        max_dollars_per_hour: {cap}
+        node_types:
+          gpu:
+            min_workers: {min_workers}
+            max_workers: {max_workers}
+            candidate_factor: {factor}
+            image: {image}
+            disk_gb: 10
         """
-    ) + textwrap.indent(textwrap.dedent(extra), "  ")
-    result = load_texts([("t.yaml", text)])
-    assert result.ok, [d.summary for d in result.diagnostics]
-    return result.clusters[0]
+    )
+    return load_spec(spec_yaml(name, body + textwrap.dedent(extra)))
 
 
 def offer(ident: int, dph: float, *, host: int | None = None, **kw: Any) -> Offer:

@@ -61,7 +61,7 @@ from reconciler.model.demand import (
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import raypacking
 from reconciler.planning.raypacking import TESTED_RAY_VERSION, pack
-from reconciler.spec.loader import load_texts
+from tests.specs import load_spec, spec_yaml
 
 GB = 10**9
 
@@ -320,19 +320,11 @@ CLUSTERS: dict[str, Cluster] = {
 
 
 def spec_text(name: str) -> str:
-    return f"""apiVersion: ray-vast/v1
-kind: Cluster
-metadata:
-  name: {name}
-spec:
-  max_dollars_per_hour: 50
-  node_types:{CLUSTERS[name].spec}"""
+    return spec_yaml(name, f"max_dollars_per_hour: 50\nnode_types:{CLUSTERS[name].spec}")
 
 
 def load_cluster(name: str) -> ClusterSpec:
-    result = load_texts([(f"{name}.yaml", spec_text(name))])
-    assert result.ok, [f"{d.location}: {d.summary}" for d in result.diagnostics]
-    return result.clusters[0]
+    return load_spec(spec_text(name), f"{name}.yaml")
 
 
 # -- the current nodes and the demand ---------------------------------------------------------
@@ -1181,7 +1173,7 @@ def test_the_budget_is_not_the_packings_business() -> None:
     max_dollars_per_hour could not pay for it. The planner bounds the launches by the budget and
     the breaker afterwards; those are the only places ray-vast launches fewer than Ray."""
     text = spec_text("cpu2").replace("max_dollars_per_hour: 50", "max_dollars_per_hour: 0.01")
-    cluster = load_texts([("cheap.yaml", text)]).clusters[0]
+    cluster = load_spec(text, "cheap.yaml")
     packing = pack(type_shapes(cluster), [HEAD], T(tasks(CPU1, 6)))
     assert dict(packing.launches) == {"cpu": 3}
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from itertools import pairwise
 
 from bench.agents import ContainerFault, Image
-from bench.harness import START, Fleet, fleet
 from fleetsim.agents import HEALTHY, Span
+from fleetsim.harness import START, Fleet, fleet
 from reconciler.applying.search import offer_search
 from reconciler.planning.offers import unfit_reason
 from tests.scenarios.world import (

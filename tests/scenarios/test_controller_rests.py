@@ -8,7 +8,7 @@ were three quarters idle (found profiling the adversary: 5,746 of 7,484 ticks of
 
 from __future__ import annotations
 
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from tests.scenarios.world import M, cluster, run, workers
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import START, Fleet, fleet
 from fleetsim.agents import ContainerFault, Span
+from fleetsim.harness import START, Fleet, fleet
 from fleetsim.harness import fleet as fleet_of
-from fleetsim.simulate import Config, Scenario, TypedJournal, default_windows, market
+from fleetsim.simulate import Config, Scenario, default_windows, market
 from reconciler.model import cost
 from reconciler.spec.loader import load
 from reconciler.state.ledger import read_ledger
@@ -37,9 +37,7 @@ def test_cost_is_within_one_percent_of_the_meter_per_cluster_and_in_total() -> N
     specs += load(BUDGET).clusters
     config = Config(seed=3, hours=24.0, drain_hours=1.0)
     windows, pull_limit = default_windows()
-    with fleet_of(specs, market=market(config)) as f:
-        journal = f.controller.journal
-        f.controller.use_journal(TypedJournal(journal.store, journal.ledger, journal.snapshot))
+    with fleet_of(specs, market=market(config), typed=True) as f:
         scenario = Scenario(config, f, windows=windows, pull_limit=float(pull_limit))
         scenario.install()
         counter = DollarCounter(f.clock.now(), f.ledger)

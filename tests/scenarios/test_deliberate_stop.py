@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from bench.harness import START, Fleet, fleet
+from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import InstanceRecord, Intent, Phase, Role
 from tests.scenarios.world import (
     IMAGE,

@@ -9,7 +9,7 @@ whose candidates were then refused and paid for twice.
 
 from __future__ import annotations
 
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from tests.scenarios.world import (
     H,
     M,

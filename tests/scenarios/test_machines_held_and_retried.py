@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from bench.agents import ContainerFault, Span
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.model.records import Intent, Phase
 from reconciler.planning.pins import PinOrder
 from reconciler.state import orders

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness import START, Fleet, fleet
 from fleetsim.agents import ContainerFault, Span
+from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import Records
 from reconciler.planning import teardown
 from reconciler.planning.pins import PinOrder
@@ -141,7 +141,8 @@ def test_down_ends_the_machines_a_prune_holds(tmp_path: Path) -> None:
             serial=f.controller.journal.serial,
             now=f.clock.now(),
         )
-        f.controller.execute(plan)
+        f.controller.applier.commit(plan)
+        f.controller.applier.carry_out(plan.actions)
         run(f, f.clock.now() + 2 * M)
         assert alive(f, "gone") == set()
         assert {ended_by(f)[v] for v in (s.busy, s.pinned)} == {"down"}

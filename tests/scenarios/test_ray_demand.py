@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import Records
 from tests.scenarios.world import H, M, Signals, alive, cluster, lines, rented, run, workers
@@ -22,7 +22,7 @@ SPEC = cluster("d", min_workers=0, max_workers=4, factor=1)
 
 def test_new_demand_is_rented_for_within_seconds_not_at_the_next_reconcile() -> None:
     with fleet(SPEC) as f:
-        f.controller.demand_check_seconds = 2.0
+        f.controller.agenda.demand_check_seconds = 2.0
         run(f, START + 2 * M)  # a reconcile just ran: the next one is a minute away
         asked = f.clock.now() + 7.0
         want: dict[NodeKey, int] = {("d", "gpu"): 1}
@@ -58,7 +58,7 @@ class Infeasible(Signals):
 
 def test_infeasible_demand_rents_nothing_and_is_said_once_per_shape() -> None:
     with fleet(SPEC) as f:
-        f.controller.demand_check_seconds = 2.0
+        f.controller.agenda.demand_check_seconds = 2.0
         f.controller.signals = Infeasible(f.clock, until=START + 30 * M)
         run(f, START + 40 * M)
         assert rented(f, "d") == {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import RequestStatus
 from reconciler.views import status

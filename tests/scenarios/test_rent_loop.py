@@ -8,7 +8,7 @@ rentals and 59 good hosts blocklisted. The seed's breaker stops after 3 slots x 
 from __future__ import annotations
 
 from bench.agents import ContainerFault, Image
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from tests.scenarios.world import (
     H,
     M,

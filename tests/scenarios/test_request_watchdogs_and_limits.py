@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.model.observation import NodeKey
 from tests.scenarios.world import M, Signals, cluster, ended_by, lines, rented, run, workers
 

@@ -13,7 +13,7 @@ import pytest
 from fleetsim.harness import fleet
 from fleetsim.mix import FLEET_MIX, Fate
 from fleetsim.scenario import Config, Scenario, default_windows, resumed_story, story
-from fleetsim.simulate import TypedJournal, ended_at, market, simulate
+from fleetsim.simulate import ended_at, market, simulate
 from tests.scenarios.world import cluster
 from vastsim import Market
 from vastsim.market import STANDARD_IMAGES, Machine
@@ -50,9 +50,7 @@ def test_a_worker_started_again_for_demand_works_again() -> None:
     spec = cluster("back", min_workers=0, max_workers=4, factor=1, cap=4.0)
     config = Config(seed=2, hours=5.0, mix=IDLE_ONLY, demand={("back", "gpu"): (0, 4)})
     windows, pull_limit = default_windows()
-    with fleet([spec], market=market(config)) as f:
-        j = f.controller.journal
-        f.controller.use_journal(TypedJournal(j.store, j.ledger, j.snapshot))
+    with fleet([spec], market=market(config), typed=True) as f:
         scenario = Scenario(config, f, windows=windows, pull_limit=float(pull_limit))
         scenario.install()
         f.run_until(config.end, step=config.step, each=scenario.step)

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.harness import START, Fleet, fleet
 from fleetsim.agents import ContainerFault, Span
+from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
 from tests.scenarios.world import (
     M,

@@ -4,7 +4,7 @@ no leak, nothing healthy ended."""
 from __future__ import annotations
 
 from bench.agents import ContainerFault, Image
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.applying.journal import Journal
 from reconciler.watch.controller import Controller
 from tests.scenarios.world import M, alive, cluster, ended_by, rented, run, workers
@@ -57,7 +57,7 @@ def test_watch_restarted_in_the_middle_of_a_scale_up() -> None:
         )
         f.controller = new
         for app in f.heads.values():
-            app.host = new
+            app.host = app.ledger = journal
         run(f, START + 20 * M)
         assert len(workers(f, "restart")) == 3
         assert set(rented(f, "restart")) == first  # nothing rented twice
@@ -71,12 +71,12 @@ def test_a_listing_that_fails_runs_neither_the_reconcile_nor_the_sweep() -> None
     spec = cluster("unlisted", min_workers=1, factor=1)
     with fleet(spec) as f:
         run(f, START + 10 * M)
-        listed = f.controller.listed_at["unlisted"]
+        listed = f.controller.agenda.listed_at["unlisted"]
         f.sim.faults.server_error(LIST, 1000, status=502)
         run(f, f.clock.now() + 10 * M)
         now = f.clock.now()
-        schedule = f.controller.schedules["unlisted"]
-        assert f.controller.listed_at["unlisted"] == listed  # no listing was had
+        schedule = f.controller.agenda.schedules["unlisted"]
+        assert f.controller.agenda.listed_at["unlisted"] == listed  # no listing was had
         for job in ("reconcile", "orphan_sweep"):  # both still due within seconds
             assert now - schedule.last[job] >= schedule.periods[job] - 15, job
         assert len(workers(f, "unlisted")) == 1  # and nothing was ended on an unknown listing

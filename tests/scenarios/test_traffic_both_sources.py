@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.model.records import Records, Role
-from reconciler.spec.loader import load_texts
 from tests.scenarios.world import (
     IMAGE,
     H,
@@ -31,6 +30,7 @@ from tests.scenarios.world import (
     run,
     workers,
 )
+from tests.specs import load_spec, spec_yaml
 
 NAME = "both"
 
@@ -98,36 +98,35 @@ def test_a_ray_read_cluster_whose_ray_cannot_be_read_is_never_quiet_on_the_sampl
         assert START + 80 * M - 60 <= stopped <= START + 81 * M
 
 
-TWO_TYPES = f"""\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {{name: {NAME}}}
-spec:
-  max_dollars_per_hour: 5
-  node_types:
-    brief:
-      min_workers: 0
-      max_workers: 1
-      candidate_factor: 1
-      image: {IMAGE}
-      disk_gb: 10
-      offer: {{filters: {{num_gpus: {{eq: 1}}}}}}
-      idle_stop_after_seconds: 120
-      idle_destroy_after_seconds: 300
-    patient:
-      min_workers: 0
-      max_workers: 1
-      candidate_factor: 1
-      image: {IMAGE}
-      disk_gb: 10
-      offer: {{filters: {{num_gpus: {{eq: 1}}}}}}
-"""
+TWO_TYPES = spec_yaml(
+    NAME,
+    f"""\
+max_dollars_per_hour: 5
+node_types:
+  brief:
+    min_workers: 0
+    max_workers: 1
+    candidate_factor: 1
+    image: {IMAGE}
+    disk_gb: 10
+    offer: {{filters: {{num_gpus: {{eq: 1}}}}}}
+    idle_stop_after_seconds: 120
+    idle_destroy_after_seconds: 300
+  patient:
+    min_workers: 0
+    max_workers: 1
+    candidate_factor: 1
+    image: {IMAGE}
+    disk_gb: 10
+    offer: {{filters: {{num_gpus: {{eq: 1}}}}}}
+""",
+)
 
 
 def test_each_node_type_has_its_own_idle_windows() -> None:
     """`brief` declares 2 and 5 quiet minutes; `patient` has the cluster's 10 and 30. Both go
     quiet at 10 minutes: brief stops at 12 and ends at 15, patient stops at 20 and ends at 40."""
-    spec = load_texts([(f"{NAME}.yaml", TWO_TYPES)]).clusters[0]
+    spec = load_spec(TWO_TYPES, f"{NAME}.yaml")
     assert spec.idle_windows("brief") == (120, 300)
     assert spec.idle_windows("patient") == (600, 1800)
     quiet_at = 10 * M

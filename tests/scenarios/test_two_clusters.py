@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.watch.runner import _reload
 from reconciler.watch.source import SpecSource
 from tests.scenarios.world import (

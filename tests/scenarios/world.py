@@ -3,7 +3,7 @@ deadlines, and the story read back from vastsim and the ledger.
 
 A scenario is the whole controller as `watch` runs it (planner, nets, executor, the heads'
 decisions, ledger) against an in-process vastsim on virtual time, with the real agent's state
-machine in every container (`bench.harness`). Nothing plays a worker by hand; failures are
+machine in every container (`fleetsim.harness`). Nothing plays a worker by hand; failures are
 injected at the boundary (the image, the network, Ray, vast).
 """
 
@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import Fleet
 from fleetsim.agents import AgentWorld
+from fleetsim.harness import Fleet
+from reconciler.model.labels import parse_label
 from reconciler.model.observation import NodeKey
-from reconciler.model.records import Intent, Records, Role, parse_label
+from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
-from reconciler.spec.loader import load_texts
-from reconciler.watch.controller import AgentSignals
 from reconciler.watch.rayreaders import RayReaders
+from reconciler.watch.signals import AgentSignals
+from tests.specs import load_spec, spec_yaml
 
 H = 3600.0
 M = 60.0
@@ -34,7 +34,7 @@ IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 def cluster(name: str, **options: Any) -> ClusterSpec:
     """One cluster spec (`cluster_text`'s options), through the real loader (so the schema's
     defaults apply)."""
-    return load_texts([(f"{name}.yaml", cluster_text(name, **options))]).clusters[0]
+    return load_spec(cluster_text(name, **options), f"{name}.yaml")
 
 
 def cluster_text(
@@ -50,23 +50,20 @@ def cluster_text(
     node_extra: Mapping[str, Any] | None = None,
     head: str | None = None,
 ) -> str:
-    text = textwrap.dedent(
+    text = spec_yaml(
+        name,
         f"""\
-        apiVersion: ray-vast/v1
-        kind: Cluster
-        metadata: {{name: {name}}}
-        spec:
-          max_dollars_per_hour: {cap}
-          node_types:
-            {node}:
-              min_workers: {min_workers}
-              max_workers: {max_workers}
-              candidate_factor: {factor}
-              image: {image}
-              disk_gb: 10
-              offer:
-                filters: {{num_gpus: {{eq: 1}}}}
-        """
+        max_dollars_per_hour: {cap}
+        node_types:
+          {node}:
+            min_workers: {min_workers}
+            max_workers: {max_workers}
+            candidate_factor: {factor}
+            image: {image}
+            disk_gb: 10
+            offer:
+              filters: {{num_gpus: {{eq: 1}}}}
+        """,
     )
     for key, value in (node_extra or {}).items():
         text += f"      {key}: {json.dumps(value)}\n"

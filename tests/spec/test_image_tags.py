@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from reconciler import cli, rayruntime
+from reconciler.cli import context
 from reconciler.model.diagnostics import Diagnostics
 from reconciler.model.rayversions import RayVersions, TagVersions, from_image
 from reconciler.spec import checks
@@ -114,10 +115,10 @@ def test_validate_warns_against_this_heads_versions(tmp_path: Path) -> None:
 def test_plan_says_the_warnings_of_specs_that_load(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`plan` (and `apply` of a directory) load their specs with `_specs(warn=True)`."""
-    specs = cli._specs(spec_dir(tmp_path, "rayproject/ray:2.0.0-py38"), warn=True)
+    """`plan` (and `apply` of a directory) load their specs with `context.specs(warn=True)`."""
+    specs = context.specs(spec_dir(tmp_path, "rayproject/ray:2.0.0-py38"), warn=True)
     assert [s.name for s in specs] == ["c"]
     err = capsys.readouterr().err
     assert "c.yaml:11:" in err and "warning: image rayproject/ray:2.0.0-py38 names Ray 2.0.0" in err
-    cli._specs(spec_dir(tmp_path, "rayproject/ray:2.0.0-py38"))
+    context.specs(spec_dir(tmp_path, "rayproject/ray:2.0.0-py38"))
     assert capsys.readouterr().err == ""

@@ -14,14 +14,16 @@ from typer.testing import CliRunner
 
 from reconciler.cli import app
 from reconciler.model.spec import NodeType
-from reconciler.spec.loader import load_texts
 from reconciler.spec.schema import cluster_schema, fill_defaults
 from reconciler.spec.shapes import lower_bound
+from tests.specs import load_spec
 
 GB = 10**9
 
 
 def spec(body: str, name: str = "t") -> str:
+    """The spec file of one node type `w` with `body`: its metadata in block form, as the line
+    numbers the validate tests below assert count it."""
     indented = "\n".join("      " + line for line in body.strip("\n").splitlines())
     return f"""apiVersion: ray-vast/v1
 kind: Cluster
@@ -38,9 +40,7 @@ spec:
 
 
 def node_type(body: str) -> NodeType:
-    result = load_texts([("c.yaml", spec(body))])
-    assert result.ok, [f"{d.location}: {d.summary}" for d in result.diagnostics]
-    return result.clusters[0].node_types["w"]
+    return load_spec(spec(body), "c.yaml").node_types["w"]
 
 
 def resources(body: str) -> dict[str, float]:

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from bench.agents import ContainerFault
-from bench.harness import START, fleet
+from fleetsim.harness import START, fleet
 from reconciler.applying.observe import observe_and_plan
 from reconciler.model.spec import ClusterSpec
+from reconciler.nets import dispatch
 from reconciler.nets.base import NetResult
 from tests.scenarios.world import M, cluster, lines, run, workers
 
@@ -81,7 +82,8 @@ def test_a_reconcile_that_raises_for_one_cluster_leaves_the_other_reconciling(
         assert workers(f, "alpha") == alpha  # nothing of alpha was changed by its failure
         replaced = workers(f, "beta")
         assert len(replaced) == 1 and replaced != beta
-        assert f.controller.listed_at["beta"] > f.controller.listed_at.get("alpha", 0.0)
+        listed_at = f.controller.agenda.listed_at
+        assert listed_at["beta"] > listed_at.get("alpha", 0.0)
         # alpha retried with backoff: 5 s doubling, capped at 5 minutes
         assert _gaps(tries)[:6] == [5, 10, 20, 40, 80, 160]
         assert max(_gaps(tries)) <= 300
@@ -96,7 +98,7 @@ def test_a_reconcile_that_raises_for_one_cluster_leaves_the_other_reconciling(
         # fixed: alpha reconciles again, and the ledger says so once
         monkeypatch.undo()
         run(f, f.clock.now() + 6 * M)
-        assert "alpha" not in f.controller.failing
+        assert "alpha" not in f.controller.containment.failing
         assert [e["cluster"] for e in lines(f, "tick_recovered")] == ["alpha"]
         assert len(lines(f, "tick_failed")) == 1
 
@@ -107,7 +109,7 @@ def test_a_net_that_raises_for_one_cluster_leaves_the_other_reconciling(
     with fleet([ALPHA, BETA]) as f:
         run(f, START + 10 * M)
         beta = workers(f, "beta")
-        real = f.controller.machine_nets["went_silent"]
+        real = dispatch.MACHINE_NETS["went_silent"]
 
         def buggy(
             records: Any, specs: Mapping[str, ClusterSpec], **kw: Any
@@ -116,14 +118,17 @@ def test_a_net_that_raises_for_one_cluster_leaves_the_other_reconciling(
                 raise KeyError("alpha-net")
             return real(records, specs, **kw)
 
-        f.controller.machine_nets = {**f.controller.machine_nets, "went_silent": buggy}
+        f.controller.use_nets(
+            {**f.controller.nets, "went_silent": dispatch.machine("went_silent", buggy)}
+        )
         (ending,) = beta
         f.faults[ending] = ContainerFault(ray_exits_at=f.clock.now() + 30)
         run(f, f.clock.now() + 15 * M)
 
         replaced = workers(f, "beta")
         assert len(replaced) == 1 and replaced != beta
-        assert "alpha" in f.controller.failing and "beta" not in f.controller.failing
+        assert "alpha" in f.controller.containment.failing
+        assert "beta" not in f.controller.containment.failing
         failed = lines(f, "tick_failed")
         assert [e["cluster"] for e in failed] == ["alpha"]
         assert failed[0]["data"] == {
@@ -147,4 +152,4 @@ def test_a_signal_read_that_raises_is_unknown_and_noted_once() -> None:
         failed = lines(f, "tick_failed")
         assert sorted(e["cluster"] for e in failed) == ["alpha", "beta"]
         assert {e["data"]["part"] for e in failed} == {"ray_busy"}
-        assert f.controller.failing == {}
+        assert f.controller.containment.failing == {}

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from bench.head_latency import WORKER, latency_world
-from reconciler.applying.executor import ApplyResult, LockHeldError
+from reconciler.applying.executor import ApplyResult
+from reconciler.applying.steps import LockHeldError
 from reconciler.head.decisions import doomed
 from reconciler.model.plan import Action, ActionKind
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records
@@ -92,10 +93,8 @@ def test_a_change_made_during_a_call_is_kept_and_the_machine_gets_one_call(
                 timeout=10,
                 what="the destroy's intent",
             )
-            world.controller.mutate(
-                lambda records, _now: _with(
-                    records, replace(records.instances[WORKER], sample_at=7.0)
-                )
+            world.controller.journal.update(
+                lambda records: _with(records, replace(records.instances[WORKER], sample_at=7.0))
             )
             second = world.controller.applier.carry_out([_destroy_of(worker, "again")])
         finally:
@@ -115,7 +114,8 @@ def test_a_stop_planned_before_the_head_doomed_the_machine_is_not_sent(tmp_path:
             ActionKind.STOP, worker.cluster, "idle", record=worker.id, vast_id=worker.vast_id
         )
         # the head's decision lands between the plan and its call: intent destroyed
-        world.controller.mutate(lambda records, now: _with(records, doomed(worker, "t", now)))
+        now = world.controller.clock.now()
+        world.controller.journal.update(lambda records: _with(records, doomed(worker, "t", now)))
         result = world.controller.applier.carry_out([stop])
         assert [why for _, why in result.skipped] == ["a destroy of it is under way"]
         assert world.records().instances[WORKER].intent is Intent.DESTROYED

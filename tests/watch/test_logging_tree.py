@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench.harness import API_KEY, START, fleet
+from fleetsim.harness import API_KEY, START, fleet
 from reconciler.watch import logs as watch_logs
 from tests.scenarios.world import M, cluster, run, workers
 from vastsim.faults import LIST_ROUTE

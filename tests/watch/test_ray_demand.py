@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from reconciler.model.labels import label_for
 from reconciler.model.rayversions import fingerprint
 from reconciler.model.records import (
     BreakerState,
@@ -21,11 +22,10 @@ from reconciler.model.records import (
     Role,
     Slot,
     breaker_key,
-    label_for,
 )
-from reconciler.spec.loader import load_texts
 from reconciler.watch.raydemand import reading, v1_requested
 from tests.scenarios.world import cluster
+from tests.specs import load_spec, spec_yaml
 
 autoscaler = pytest.importorskip("ray.core.generated.autoscaler_pb2")
 
@@ -187,30 +187,29 @@ def test_min_workers_is_a_floor_of_the_count() -> None:
     assert reading(state(), floor, Records()).wanted[("c", "gpu")] == 2
 
 
-TWO = """\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {name: c}
-spec:
-  max_dollars_per_hour: 5
-  node_types:
-    old:
-      max_workers: 4
-      resources: {CPU: 2}
-      image: rayproject/ray:2.49.0-py310-cpu
-      disk_gb: 10
-      offer: {filters: {num_gpus: {eq: 1}}}
-    new:
-      max_workers: 4
-      resources: {CPU: 2}
-      image: rayproject/ray:2.60.0-py311-cpu
-      disk_gb: 10
-      offer: {filters: {num_gpus: {eq: 1}}}
-"""
+TWO = spec_yaml(
+    "c",
+    """\
+max_dollars_per_hour: 5
+node_types:
+  old:
+    max_workers: 4
+    resources: {CPU: 2}
+    image: rayproject/ray:2.49.0-py310-cpu
+    disk_gb: 10
+    offer: {filters: {num_gpus: {eq: 1}}}
+  new:
+    max_workers: 4
+    resources: {CPU: 2}
+    image: rayproject/ray:2.60.0-py311-cpu
+    disk_gb: 10
+    offer: {filters: {num_gpus: {eq: 1}}}
+""",
+)
 
 
 def test_a_halted_node_type_launches_nothing_and_its_demand_goes_to_the_others() -> None:
-    (spec,) = load_texts([("c.yaml", TWO)]).clusters
+    spec = load_spec(TWO, "c.yaml")
     old = spec.node_types["old"]
     halt = Halt(
         0.0, "ray_version_mismatch", "Ray 2.49.0", old.image, fingerprint(old.image, old.env)

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from bench.harness import API_KEY, START, VAST_URL, SimClock
+from fleetsim.harness import API_KEY, START, VAST_URL, SimClock
 from reconciler.deps import Deps
+from reconciler.model.labels import label_for
 from reconciler.model.observation import NodeKey
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role, label_for
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.vast.config import ClientSettings
 from reconciler.vast.factory import client_from_settings

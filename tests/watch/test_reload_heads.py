@@ -6,9 +6,10 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from bench.harness import fleet
 from bench.live import free_port
-from reconciler.model.records import InstanceRecord, Intent, Phase, Role, label_for
+from fleetsim.harness import fleet
+from reconciler.model.labels import label_for
+from reconciler.model.records import InstanceRecord, Intent, Phase, Role
 from reconciler.watch.headside import HeadServices
 from tests.scenarios.world import cluster
 

@@ -7,33 +7,32 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from bench.harness import START, Fleet, fleet
+from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import Intent, Role
-from reconciler.spec.loader import load_texts
+from tests.specs import load_spec, spec_yaml
 from vastsim import Sim
 
 LIST = "GET /api/v1/instances/"
-SPEC = """\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {name: storm}
-spec:
-  max_dollars_per_hour: 5
-  node_types:
-    gpu:
-      min_workers: 2
-      max_workers: 2
-      candidate_factor: 1
-      image: rayproject/ray:2.60.0-py311-cpu
-      disk_gb: 10
-      offer:
-        filters: {num_gpus: {eq: 1}}
-"""
+SPEC = spec_yaml(
+    "storm",
+    """\
+max_dollars_per_hour: 5
+node_types:
+  gpu:
+    min_workers: 2
+    max_workers: 2
+    candidate_factor: 1
+    image: rayproject/ray:2.60.0-py311-cpu
+    disk_gb: 10
+    offer:
+      filters: {num_gpus: {eq: 1}}
+""",
+)
 
 
 @pytest.fixture
 def steady() -> Iterator[Fleet]:
-    (spec,) = load_texts([("storm.yaml", SPEC)]).clusters
+    spec = load_spec(SPEC, "storm.yaml")
     with fleet(spec) as f:
         # steady: its workers have served the breaker's min_service_seconds (the canary rule is
         # lifted), as a cluster that has run a while has

@@ -2,7 +2,7 @@
 
 The real controller (planner, nets, money chain, executor, ledger) and the real head
 (`HeadApp`) run against an in-process vastsim on virtual time, and every container of ours runs
-the agent's own state machine (`bench.harness`); failures are injected at the container's
+the agent's own state machine (`fleetsim.harness`); failures are injected at the container's
 boundary or by vastsim. The day, in virtual hours:
 
 - 0h: Ray wants 2 workers. The cheapest machine never boots: provisioning stalls, and the
@@ -34,32 +34,33 @@ from dataclasses import dataclass
 import pytest
 
 from bench.agents import ContainerFault, Image
-from bench.harness import START, Fleet, fleet
+from fleetsim.harness import START, Fleet, fleet
 from reconciler.applying.search import offer_search
+from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest
-from reconciler.model.records import Intent, Phase, Role, label_for
+from reconciler.model.records import Intent, Phase, Role
+from reconciler.model.spec import ClusterSpec
 from reconciler.planning.offers import unfit_reason
-from reconciler.spec.loader import load_texts
+from tests.specs import load_spec, spec_yaml
 
 H = 3600.0
 DOCKER_GRACE = 10.0  # docker stop's grace: the agent's report and destroy happen within it
-SPEC = """\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {name: day}
-spec:
-  max_dollars_per_hour: 5
-  node_types:
-    gpu:
-      min_workers: 0
-      max_workers: 4
-      candidate_factor: 1
-      pull_limit_seconds: 7200      # so the provisioning deadline is the net that ends a stall
-      image: rayproject/ray:2.60.0-py311-cpu
-      disk_gb: 10
-      offer:
-        filters: {num_gpus: {eq: 1}}
-"""
+SPEC = spec_yaml(
+    "day",
+    """\
+max_dollars_per_hour: 5
+node_types:
+  gpu:
+    min_workers: 0
+    max_workers: 4
+    candidate_factor: 1
+    pull_limit_seconds: 7200      # so the provisioning deadline is the net that ends a stall
+    image: rayproject/ray:2.60.0-py311-cpu
+    disk_gb: 10
+    offer:
+      filters: {num_gpus: {eq: 1}}
+""",
+)
 
 
 @dataclass
@@ -97,7 +98,7 @@ def _cheapest_acceptable_machine(f: Fleet) -> int:
 
 @pytest.fixture(scope="module")
 def day() -> Iterator[Day]:
-    (spec,) = load_texts([("day.yaml", SPEC)]).clusters
+    spec = load_spec(SPEC, "day.yaml")
     with fleet(spec) as f:
         w = spec.watchdogs
         c = spec.cadences
@@ -105,53 +106,8 @@ def day() -> Iterator[Day]:
         f.signals.demand_at = lambda now: {("day", "gpu"): 2 if now < START + 9 * H else 0}
         f.agents.working = lambda now: now < START + 9 * H
 
-        stalled_machine = _cheapest_acceptable_machine(f)
-        f.sim.faults.never_boots(stalled_machine)
-        f.run_until(START + 60)
-        stalled = [
-            r.vast_id
-            for r in f.controller.records().instances.values()
-            if r.machine_id == stalled_machine and r.vast_id
-        ]
-        injected += [
-            Injected(
-                "stall",
-                v,
-                START,
-                frozenset({"provision_deadline"}),
-                w.provision_deadline_seconds + c.provision_deadline_seconds + 60,
-            )
-            for v in stalled
-        ]
-
-        # the next new instance after this point runs an image that never starts the agent
-        known = set(f.agents.faults)
-        first_new: list[int] = []
-
-        def never_enrolls(vast_id: int) -> ContainerFault:
-            if not first_new and vast_id not in known:
-                first_new.append(vast_id)
-                return ContainerFault(image=Image.IDLES)
-            return ContainerFault()
-
-        f.agents.next_fault = never_enrolls
-        f.run_until(START + 3 * H)
-        assert first_new, "no instance was rented after the stall was ended"
-        rented_at = next(
-            r.created_at
-            for r in f.controller.records().instances.values()
-            if r.vast_id == first_new[0]
-        )
-        injected.append(
-            Injected(
-                "never-enrolls",
-                first_new[0],
-                rented_at,
-                frozenset({"enrollment_timeout", "never_reported"}),
-                w.never_reported_seconds + c.boot_failure_seconds * 2 + 60,
-            )
-        )
-        f.agents.next_fault = lambda vast_id: ContainerFault()
+        injected += _stall(f, spec)
+        injected.append(_never_enrolls(f, spec))
 
         dies = _live_workers(f)[0]
         f.faults[dies] = ContainerFault.network_cut(f.clock.now())
@@ -193,24 +149,77 @@ def day() -> Iterator[Day]:
         )
         f.run_until(START + 7 * H)
 
-        offer = f.client.search_offers(offer_search(spec.node_types["gpu"]))[-1]
-        label = label_for("day", f.controller.journal.lineage, "i9999")
-        orphan = f.client.create_instance(
-            offer.id, CreateRequest(image="x", disk_gb=10, label=label)
-        )
-        injected.append(
-            Injected(
-                "orphan",
-                orphan.instance_id,
-                f.clock.now(),
-                frozenset({"orphan"}),
-                w.orphan_grace_seconds + c.orphan_sweep_seconds + 60,
-            )
-        )
+        injected.append(_orphan(f, spec))
         f.run_until(START + 24 * H, step=30.0)
 
         ledger = [json.loads(line) for line in f.ledger.read_text().splitlines()]
         yield Day(f, injected, ledger)
+
+
+def _stall(f: Fleet, spec: ClusterSpec) -> list[Injected]:
+    """The cheapest acceptable machine never boots: what was rented on it stalls."""
+    stalled_machine = _cheapest_acceptable_machine(f)
+    f.sim.faults.never_boots(stalled_machine)
+    f.run_until(START + 60)
+    stalled = [
+        r.vast_id
+        for r in f.controller.records().instances.values()
+        if r.machine_id == stalled_machine and r.vast_id
+    ]
+    w, c = spec.watchdogs, spec.cadences
+    return [
+        Injected(
+            "stall",
+            v,
+            START,
+            frozenset({"provision_deadline"}),
+            w.provision_deadline_seconds + c.provision_deadline_seconds + 60,
+        )
+        for v in stalled
+    ]
+
+
+def _never_enrolls(f: Fleet, spec: ClusterSpec) -> Injected:
+    """The next new instance after this point runs an image that never starts the agent."""
+    known = set(f.agents.faults)
+    first_new: list[int] = []
+
+    def never_enrolls(vast_id: int) -> ContainerFault:
+        if not first_new and vast_id not in known:
+            first_new.append(vast_id)
+            return ContainerFault(image=Image.IDLES)
+        return ContainerFault()
+
+    f.agents.next_fault = never_enrolls
+    f.run_until(START + 3 * H)
+    assert first_new, "no instance was rented after the stall was ended"
+    rented_at = next(
+        r.created_at for r in f.controller.records().instances.values() if r.vast_id == first_new[0]
+    )
+    f.agents.next_fault = lambda vast_id: ContainerFault()
+    w, c = spec.watchdogs, spec.cadences
+    return Injected(
+        "never-enrolls",
+        first_new[0],
+        rented_at,
+        frozenset({"enrollment_timeout", "never_reported"}),
+        w.never_reported_seconds + c.boot_failure_seconds * 2 + 60,
+    )
+
+
+def _orphan(f: Fleet, spec: ClusterSpec) -> Injected:
+    """An instance labelled as the cluster's that no record answers for."""
+    offer = f.client.search_offers(offer_search(spec.node_types["gpu"]))[-1]
+    label = label_for("day", f.controller.journal.lineage, "i9999")
+    orphan = f.client.create_instance(offer.id, CreateRequest(image="x", disk_gb=10, label=label))
+    w, c = spec.watchdogs, spec.cadences
+    return Injected(
+        "orphan",
+        orphan.instance_id,
+        f.clock.now(),
+        frozenset({"orphan"}),
+        w.orphan_grace_seconds + c.orphan_sweep_seconds + 60,
+    )
 
 
 def _ended_at(day: Day, vast_id: int) -> float | None:

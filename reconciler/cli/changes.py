@@ -1,0 +1,181 @@
+"""The commands that decide or make a change at vast: `validate`, `plan`, `apply`, `down`.
+
+Each parses its arguments, loads its specs and hands over to `reconciler.operations`, which does
+the work; a saved plan (`apply FILE`) is applied exactly or refused as stale, as Terraform does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from reconciler import operations, planfile
+from reconciler import up as up_mod
+from reconciler.cli import context
+from reconciler.cli.options import (
+    AutoApprove,
+    JsonFlag,
+    LockTimeout,
+    MassDestroy,
+    SpecDir,
+    StateDirOption,
+)
+from reconciler.spec.loader import load
+from reconciler.views import diagnostics as diag_view
+from reconciler.watch.interrupts import Interrupts
+
+
+@context.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast validate examples/clusters\n\n"
+        "  ray-vast validate clusters/prod.yaml --json\n\n"
+        "Exit status: 0 when every spec is valid, 1 when any is not."
+    )
+)
+def validate(
+    spec_dir: SpecDir = Path("."),
+    as_json: JsonFlag = False,
+) -> None:
+    """Check cluster specs against the schema and the rules, without touching anything.
+
+    Every problem is reported at once, each with file, line, column and field.
+    """
+    result = load(spec_dir)
+    names = [c.name for c in result.clusters]
+    if as_json:
+        payload = diag_view.validate_json(result.diagnostics, names, result.files)
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        diag_view.write_human(result.diagnostics, sys.stderr)
+        summary = diag_view.validate_summary(result.diagnostics, names, result.files)
+        typer.echo(summary, err=not result.ok)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@context.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast plan examples/clusters\n\n"
+        "  ray-vast plan clusters -out ci.plan --json --detailed-exitcode\n\n"
+        "Exit status: 0 success (with --detailed-exitcode: no changes), 1 error, "
+        "2 changes (with --detailed-exitcode)."
+    )
+)
+def plan(
+    spec_dir: SpecDir = Path("."),
+    out: Annotated[
+        Path | None, typer.Option("-out", "--out", help="Save the plan for `apply FILE`.")
+    ] = None,
+    as_json: JsonFlag = False,
+    detailed_exitcode: Annotated[
+        bool, typer.Option("--detailed-exitcode", help="Exit 2 when there are changes.")
+    ] = False,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """Show what would be rented, stopped and destroyed, and what it does to $/h.
+
+    Compares the specs with vast's live listing and the state file; changes nothing at vast.
+    """
+    specs = context.specs(spec_dir, warn=True)
+    deps = context.deps(state_dir, lock_timeout)
+    with context.reported(deps):
+        outcome = operations.make_plan(
+            deps,
+            specs,
+            spec_path=spec_dir.resolve(),
+            out_file=out,
+            as_json=as_json,
+            detailed=detailed_exitcode,
+        )
+    raise typer.Exit(outcome.exit_code)
+
+
+@context.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast apply examples/clusters\n\n"
+        "  ray-vast apply ci.plan\n\n"
+        "  ray-vast apply clusters --auto-approve\n\n"
+        "A saved plan is applied exactly, or refused as stale."
+    )
+)
+def apply(
+    target: Annotated[
+        Path, typer.Argument(help="A spec directory or YAML file, or a plan file from -out.")
+    ] = Path("."),
+    auto_approve: AutoApprove = False,
+    allow_mass_destroy: MassDestroy = False,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """Carry out a plan: rent, stop and destroy at vast, saving state after every call."""
+    deps = context.deps(state_dir, lock_timeout)
+    interrupts = Interrupts(err=sys.stderr)
+    deps.stop_requested = interrupts.requested
+    with context.reported(deps), interrupts.installed():
+        if planfile.looks_like_plan(target):
+            saved = _saved_plan(target)
+            specs = context.specs(Path(saved.spec_path))
+            code = operations.apply_saved(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)
+        else:
+            specs = context.specs(target, warn=True)
+            code = operations.apply_specs(
+                deps,
+                specs,
+                auto_approve=auto_approve,
+                allow_mass_destroy=allow_mass_destroy,
+                spec_path=target,
+            )
+    raise typer.Exit(code)
+
+
+def _saved_plan(path: Path) -> planfile.SavedPlan:
+    """The saved plan at `path`, or a refusal that says what to do."""
+    try:
+        return planfile.read(path)
+    except planfile.PlanFileError as exc:
+        raise planfile.PlanFileError(
+            f"{exc}. Nothing was applied: make a new plan with `ray-vast plan SPEC_DIR -out "
+            f"{path}` and apply that."
+        ) from exc
+
+
+@context.command(
+    epilog=(
+        "Examples:\n\n"
+        "  ray-vast down local-sim\n\n"
+        "  ray-vast down rtx4090-pool --spec-dir clusters --auto-approve"
+    )
+)
+def down(
+    cluster: Annotated[str, typer.Argument(help="The cluster name (metadata.name).")],
+    spec_dir: Annotated[
+        Path | None,
+        typer.Option("--spec-dir", help="Specs to find the cluster's provider URL in."),
+    ] = None,
+    auto_approve: AutoApprove = False,
+    state_dir: StateDirOption = None,
+    lock_timeout: LockTimeout = 0.0,
+) -> None:
+    """Destroy every instance that carries the cluster's label, and wait until vast confirms.
+
+    Instances of the cluster made by another state (a lost or copied state file) are listed
+    and destroyed too. The cluster's Ray head, when ray-vast runs it, is stopped after the
+    confirmation, under the state lock: a declined `down` ends nothing.
+    """
+    specs = context.specs(spec_dir) if spec_dir else []
+    deps = up_mod.with_embedded(context.deps(state_dir, lock_timeout))
+    interrupts = Interrupts(err=sys.stderr)
+    deps.stop_requested = interrupts.requested
+    with context.reported(deps), interrupts.installed():
+        head = up_mod.ray_head_stop(deps, cluster)
+        code = operations.down(deps, cluster, specs, auto_approve=auto_approve, head=head)
+        if code == 0 and up_mod.stop_simulator_if_unused(deps):
+            typer.echo("Embedded vastsim stopped.")
+    raise typer.Exit(code)

@@ -1,0 +1,113 @@
+"""What the loop reads from Ray between its two phases: demand, unreadable heads, pins.
+
+Ray's demand is read for every reconcile, and cheaply (Ray's GCS only, no call to vast) every few
+seconds between them when a Ray reader is attached: a node type that needs more workers than are
+there or coming wakes its cluster at once, not at the next reconcile (Ray's own autoscaler loop
+runs every 5 s). Demand that fits no node type rents nothing and is said once per shape while Ray
+keeps asking for it. A Ray head that cannot be read is remembered from when (DESIGN.md 11: after
+60 s nothing is rented for it, and a person is alerted). Pins are reaper gate 3: a machine is
+pinned while Ray reports work on its node; when Ray cannot be read the last known pins stay
+(unknown is never "no work"). Every read goes through containment: a read that raises is
+"unknown" for the tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from reconciler.applying.journal import Journal
+from reconciler.model.evolve import evolve
+from reconciler.model.observation import NodeKey
+from reconciler.model.records import Records
+from reconciler.model.spec import ClusterSpec
+from reconciler.planning import alerts, scaling
+from reconciler.watch.agenda import Agenda
+from reconciler.watch.alerting import raise_alert
+from reconciler.watch.containment import Containment
+from reconciler.watch.signals import Signals
+
+log = logging.getLogger("ray_vast")
+T = TypeVar("T")
+
+
+@dataclass
+class RaySide:
+    journal: Journal
+    containment: Containment
+    agenda: Agenda
+    say: Callable[[str], None]
+    signals: Callable[[], Signals]  # the controller's, looked up at each read (tests swap it)
+    _infeasible_said: set[tuple[str, str]] = field(default_factory=set)
+    _unread_since: dict[str, float] = field(default_factory=dict)
+
+    def _shared(self, part: str, step: Callable[[], T], unknown: T, specs: Collection[str]) -> T:
+        return self.containment.shared(part, step, unknown, lambda: specs)
+
+    def demand(self, specs: Mapping[str, ClusterSpec], now: float) -> Mapping[NodeKey, int] | None:
+        """Ray's demand for every cluster (None: unread); its infeasible part is said."""
+        seen = self.journal.records()
+        demand = self._shared("ray_demand", lambda: self.signals().demand(specs, seen), None, specs)
+        if demand is not None:
+            self._say_infeasible(specs, now)
+        return demand
+
+    def check(self, specs: Mapping[str, ClusterSpec], now: float) -> None:
+        """Between reconciles: wake the clusters whose node types Ray wants more of."""
+        if not self.agenda.demand_check_due(now):
+            return
+        seen = self.journal.records()
+        for (cluster, node_type), count in (self.demand(specs, now) or {}).items():
+            if cluster in specs and cluster not in self.agenda.wake:
+                have = scaling.capacity(seen.instances, seen.requests, cluster, node_type)
+                limit = specs[cluster].node_types.get(node_type)
+                if limit is not None and have < min(count, limit.max_workers):
+                    log.info(
+                        "%s/%s: Ray wants %d, %d there or coming", cluster, node_type, count, have
+                    )
+                    self.agenda.wake.add(cluster)
+
+    def unread_since(self, specs: Collection[str], now: float) -> dict[str, float]:
+        """Since when each cluster's Ray head has not been readable, as of the last reading."""
+        nobody: Collection[str] = ()
+        unread = set(self._shared("ray_unread", self.signals().unread, nobody, specs))
+        for cluster in list(self._unread_since):
+            if cluster not in unread:
+                del self._unread_since[cluster]
+        for cluster in unread:
+            self._unread_since.setdefault(cluster, now)
+        return dict(self._unread_since)
+
+    def pins(self, specs: Collection[str]) -> None:
+        """Pin the machines Ray reports work on (and unpin the others it speaks for)."""
+
+        def update() -> None:
+            work = self.signals().work(self.journal.records())
+            if work is not None:
+                self.journal.update(lambda records: _pinned(records, work))
+
+        self._shared("ray_work", update, None, specs)
+
+    def _say_infeasible(self, specs: Collection[str], now: float) -> None:
+        nothing: Mapping[str, tuple[str, ...]] = {}
+        asked = self._shared("ray_infeasible", self.signals().infeasible, nothing, specs)
+        current = {(cluster, words) for cluster, said in asked.items() for words in said}
+        for cluster, words in sorted(current - self._infeasible_said):
+            if cluster in specs:
+                concern = alerts.Concern(cluster, "infeasible_demand", words, by_message=True)
+                raise_alert(self.journal, self.say, concern, now)
+        self._infeasible_said = current
+
+
+def _pinned(records: Records, work: Mapping[str, bool]) -> Records:
+    """Only the records Ray spoke for (a reader serves its own cluster's head)."""
+    changed = {
+        r.id: evolve(r, pinned=work[r.id])
+        for r in records.instances.values()
+        if r.live and r.id in work and r.pinned != work[r.id]
+    }
+    if not changed:
+        return records
+    return evolve(records, instances={**records.instances, **changed})

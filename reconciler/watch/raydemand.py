@@ -1,16 +1,10 @@
-"""Ray's demand, read from its GCS, turned into the workers each node type needs (issue 15).
+"""Ray's demand, read from its GCS into the pure types the planner packs (issue 15).
 
 What Ray's autoscaler reads (`get_cluster_resource_state`: pending tasks and actors by shape,
 pending placement groups, the `request_resources()` constraint, and every node with its total and
-available resources and labels) becomes the pure `model.demand` types; the nodes Ray already has
-and the slots we are still filling (pending nodes, one per slot, as Ray counts a launching node)
-go in beside it; `planning.raypacking` (Ray's own `ResourceDemandScheduler`) says how many nodes
-of each type to launch. The planner is told the workers each node type needs in all: the
-capacity it already counts (workers and open slots) plus those launches, so 3 busy workers and
-2 pending one-CPU tasks on 2-CPU nodes make 4, not 2.
-
-Demand that fits no node type is kept (`Reading.infeasible`, in Ray's words) for the controller
-to say once per shape; it rents nothing.
+available resources and labels) becomes the pure `model.demand` types: a `Demand` and Ray's live
+nodes. How many nodes of each type that needs is the planner's (`planning/raydemand.py`, Ray's
+own `ResourceDemandScheduler`); this module only reads.
 
 `request_resources()` is kept where the head's autoscaler version puts it: in the cluster
 resource state under autoscaler v2, and in the GCS key-value store (`V1_REQUEST_KEY`, a JSON list
@@ -22,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from reconciler.model.demand import (
@@ -35,12 +29,11 @@ from reconciler.model.demand import (
     ShapeCount,
     Strategy,
     request_resources,
-    type_shapes,
 )
-from reconciler.model.observation import NodeKey
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning import raypacking, scaling
+from reconciler.planning.raydemand import Reading
+from reconciler.planning.raydemand import reading as packed
 
 # autoscaler_pb2.NodeStatus: a DEAD or DRAINING node is no capacity.
 _GONE = frozenset({2, 4})
@@ -51,42 +44,16 @@ _STRATEGIES: tuple[Strategy, ...] = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SP
 V1_REQUEST_KEY = b"autoscaler_resource_request"
 
 
-@dataclass(frozen=True)
-class Reading:
-    """One cluster's demand as the planner takes it, and what could not be placed."""
-
-    wanted: Mapping[NodeKey, int] = field(default_factory=dict)
-    infeasible: tuple[str, ...] = ()  # "{GPU: 1} fits no node type of local-sim"
-
-
 def reading(
     state: Any, spec: ClusterSpec, records: Records, *, requested: tuple[ShapeCount, ...] = ()
 ) -> Reading:
     """From a `ClusterResourceState` of the cluster's Ray head; `requested`: the
     `request_resources()` constraint as autoscaler v1 keeps it (`v1_requested`), used when the
-    state carries none."""
+    state carries none. The packing is the planner's (`planning/raydemand.py`)."""
     demand = demand_of(state)
     if requested and not demand.requested:
         demand = replace(demand, requested=requested)
-    nodes = nodes_of(state, spec, records)
-    # a halted node type (a permanent failure) launches nothing: its demand goes to the others
-    shapes = tuple(
-        replace(t, max_workers=min(t.max_workers, _count(nodes, t.name)), min_workers=0)
-        if scaling.halted(records, spec, spec.node_types[t.name])
-        else t
-        for t in type_shapes(spec)
-    )
-    packing = raypacking.pack(shapes, nodes, demand)
-    wanted: dict[NodeKey, int] = {}
-    for name in spec.node_types:
-        have = scaling.capacity(records.instances, records.requests, spec.name, name)
-        wanted[(spec.name, name)] = have + int(packing.launches.get(name, 0))
-    infeasible = tuple(f"{u.words()} fits no node type of {spec.name}" for u in packing.infeasible)
-    return Reading(wanted, infeasible)
-
-
-def _count(nodes: list[CurrentNode], node_type: str) -> int:
-    return sum(1 for n in nodes if n.node_type == node_type and not n.head)
+    return packed(demand, live_nodes(state), spec, records)
 
 
 def demand_of(state: Any) -> Demand:
@@ -135,18 +102,15 @@ def v1_requested(data: bytes | None) -> tuple[ShapeCount, ...]:
     return request_resources(bundles=[s for s in shapes if s])
 
 
-def nodes_of(state: Any, spec: ClusterSpec, records: Records) -> list[CurrentNode]:
-    """Ray's live nodes of the cluster (the head among them), and one pending node per unit of
-    capacity we count that Ray does not show yet (an open slot, or a worker whose Ray has not
-    joined)."""
+def live_nodes(state: Any) -> list[CurrentNode]:
+    """Ray's live nodes of the cluster, the head among them (a dead or draining node is no
+    capacity); a worker's node type is its `rv_node_type` label."""
     nodes: list[CurrentNode] = []
-    seen: dict[str, int] = {}
     for node in state.node_states:
         if int(node.status) in _GONE:
             continue
         labels = dict(node.labels)
         node_type = labels.get("rv_node_type")
-        head = node_type is None
         nodes.append(
             CurrentNode(
                 node_type=node_type or "head",
@@ -154,16 +118,11 @@ def nodes_of(state: Any, spec: ClusterSpec, records: Records) -> list[CurrentNod
                 total=_resources(node.total_resources),
                 available=_resources(node.available_resources),
                 labels=labels,
-                head=head,
+                head=node_type is None,
                 node_id=bytes(node.node_id).hex(),
                 idle_ms=int(node.idle_duration_ms),
             )
         )
-        if node_type is not None:
-            seen[node_type] = seen.get(node_type, 0) + 1
-    for name in spec.node_types:
-        have = scaling.capacity(records.instances, records.requests, spec.name, name)
-        nodes += [CurrentNode(node_type=name, running=False)] * max(0, have - seen.get(name, 0))
     return nodes
 
 

@@ -12,6 +12,10 @@
 - `agent` imports only the standard library (it runs inside the user's image).
 - Only `reconciler/applying` (the one executor) calls what changes anything at vast: the vast
   client's create, destroy, stop, start, label and reboot (`reconciler/vast` defines them).
+- Only `reconciler/planning` imports the Ray packing (`planning.raypacking`, Ray's scheduler):
+  how demand packs onto node types is a planning decision, never a reader's (issue 22).
+- Only `reconciler/planning/alerts.py` builds an `Alert` (one builder, one repeat window), and
+  nothing finds an alert by a string prefix (`.startswith("ALERT")`): alerts are typed values.
 """
 
 from __future__ import annotations
@@ -84,6 +88,9 @@ MUTATING_CALLS = frozenset(
 APPLIER = "reconciler/applying/"
 # The one module of the pure core that may import Ray, lazily (see the docstring).
 RAY_EXEMPT = "reconciler/planning/raypacking.py"
+PACKING = "reconciler.planning.raypacking"
+PLANNING = "reconciler/planning/"
+ALERTS = "reconciler/planning/alerts.py"
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,10 @@ def check_file(root: Path, path: Path) -> list[Violation]:
             flag(line, f"agent imports non-standard-library module {name!r}")
         if rel.startswith("vastsim/") and _top(name) in ("reconciler", "agent"):
             flag(line, f"vastsim imports {name!r}")
+        if _within(name, PACKING) and not rel.startswith(PLANNING):
+            flag(line, "only reconciler/planning imports the Ray packing")
+    if rel.startswith("reconciler/"):
+        found += _alert_breaches(rel, tree)
     if pure:
         found += _impure_calls(rel, tree)
     if rel.startswith("reconciler/") and not rel.startswith((APPLIER, "reconciler/vast/")):
@@ -179,6 +190,30 @@ def _mutating_calls(rel: str, tree: ast.AST) -> list[Violation]:
             found.append(
                 Violation(rel, node.lineno, f"{named}() changes vast outside reconciler/applying")
             )
+    return found
+
+
+def _alert_breaches(rel: str, tree: ast.AST) -> list[Violation]:
+    """`Alert(...)` built outside planning/alerts.py, or `x.startswith("ALERT...")` anywhere."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else None
+        name = func.attr if isinstance(func, ast.Attribute) else name
+        if name == "Alert" and rel != ALERTS:
+            found.append(
+                Violation(rel, node.lineno, "an Alert is built outside planning/alerts.py")
+            )
+        prefix = node.args[0] if node.args else None
+        if (
+            name == "startswith"
+            and isinstance(prefix, ast.Constant)
+            and isinstance(prefix.value, str)
+            and prefix.value.upper().startswith("ALERT")
+        ):
+            found.append(Violation(rel, node.lineno, "an alert found by a string prefix"))
     return found
 
 

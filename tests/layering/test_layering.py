@@ -74,6 +74,32 @@ def test_repository_respects_the_layers() -> None:
             "def f(p):\n    getattr(p, 'create_instance')(1, None)",
             "create_instance() changes vast outside reconciler/applying",
         ),
+        # issue 22: the packing is the planner's; alerts are built in one place and typed
+        (
+            "reconciler/watch/raydemand.py",
+            "from reconciler.planning import raypacking",
+            "only reconciler/planning imports the Ray packing",
+        ),
+        (
+            "reconciler/watch/rayreaders.py",
+            "from reconciler.planning.raypacking import pack",
+            "only reconciler/planning imports the Ray packing",
+        ),
+        (
+            "reconciler/head/app.py",
+            "def f(now):\n    return Alert(now, 'c', 'x', 'y')",
+            "an Alert is built outside planning/alerts.py",
+        ),
+        (
+            "reconciler/planning/draft.py",
+            "def f(now):\n    return Alert(now, 'c', 'x', 'y')",
+            "an Alert is built outside planning/alerts.py",
+        ),
+        (
+            "reconciler/watch/controller.py",
+            "def f(plan):\n    return [n for n in plan.notes if n.startswith('ALERT')]",
+            "an alert found by a string prefix",
+        ),
     ],
 )
 def test_a_forbidden_import_is_caught(tmp_path: Path, file: str, line: str, rule: str) -> None:

@@ -2,7 +2,7 @@
 
 Every decision (when to enroll again, when a worker gives up, which endings there are, report
 first, destroy until vast confirms, never exit) is the machine's, so the virtual-time harness
-(`bench.agents`) holds the very same decisions to the seed's table. This module only connects the
+(`fleetsim.agents`) holds the very same decisions to the seed's table. This module only connects the
 machine to the real world, and adds nothing of its own:
 
     the clock     `time.monotonic()` is the machine's `now`; `time.time()` only stamps messages

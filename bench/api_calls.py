@@ -22,7 +22,7 @@ vastsim on a `VirtualClock` with a generated market of single-GPU machines (`Tim
 provisioning delays, though an image pull still takes its size over the host's speed); the real
 vast client over `InProcessTransport`, pacing off; the real `Controller` (planner, nets, executor,
 ledger) and the cluster's real head (`HeadApp`), whose launcher puts the bootloader and a join
-token into every create; and in every container the agent's own state machine (`bench.agents`),
+token into every create; and in every container the agent's own state machine (`fleetsim.agents`),
 which enrolls at the head and heartbeats (busy: the node has work, so the idle nets leave it
 alone). Nothing plays an agent and nothing is seeded: the controller rents the whole fleet itself
 from an empty state (one cluster, `min_workers = max_workers = N`, `candidate_factor: 1`; one

@@ -33,7 +33,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/composed.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.agents import ContainerFault, Image
+from fleetsim.agents import ContainerFault, Image
 from fleetsim.harness import START, fleet
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts

@@ -73,19 +73,7 @@ def doomed(record: InstanceRecord, reason: str, now: float) -> InstanceRecord:
 
 def destroy(record: InstanceRecord, cls: str, detail: str) -> Action:
     """The plan action that ends this machine (the head's immediate destroys)."""
-    return Action(
-        ActionKind.DESTROY,
-        record.cluster,
-        cls,
-        detail,
-        node_type=record.node_type,
-        record=record.id,
-        vast_id=record.vast_id,
-        request=record.request_id,
-        label=record.label,
-        host_id=record.host_id,
-        dph_delta=-record.billing_dph,
-    )
+    return Action.on(ActionKind.DESTROY, record, cls, detail, -record.billing_dph)
 
 
 def revoke(records: Records, serial: int) -> Records:

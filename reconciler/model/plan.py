@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from reconciler.model.records import Alert, Records
+from reconciler.model.records import Alert, InstanceRecord, Records
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,25 @@ class Action:
     host_id: int | None = None
     until: float | None = None
     dph_delta: float = 0.0
+
+    @classmethod
+    def on(
+        cls, kind: ActionKind, record: InstanceRecord, reason: str, detail: str, dph: float
+    ) -> Action:
+        """An action on one machine, naming it every way the executor and the ledger need."""
+        return cls(
+            kind,
+            record.cluster,
+            reason,
+            detail,
+            node_type=record.node_type,
+            record=record.id,
+            vast_id=record.vast_id,
+            request=record.request_id,
+            label=record.label,
+            host_id=record.host_id,
+            dph_delta=dph,
+        )
 
 
 @dataclass(frozen=True)

@@ -80,21 +80,7 @@ class Draft:
     ) -> None:
         if record.id in self.doomed:
             return
-        self.add(
-            Action(
-                kind,
-                record.cluster,
-                reason,
-                detail,
-                node_type=record.node_type,
-                record=record.id,
-                vast_id=record.vast_id,
-                request=record.request_id,
-                label=record.label,
-                host_id=record.host_id,
-                dph_delta=dph,
-            )
-        )
+        self.add(Action.on(kind, record, reason, detail, dph))
 
     def alert(self, cluster: str, found: Detection) -> bool:
         """A person must look; nothing is retried. The same alert is not raised again within

@@ -10,9 +10,9 @@ file): never acted on, but shown loudly with its $/h. Anything else is not ours.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
-from reconciler.model.labels import parse_label
+from reconciler.model.labels import LabelInfo, parse_label
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind, Foreign
 from reconciler.model.records import InstanceRecord
@@ -64,32 +64,35 @@ def unrecorded(
     now: float,
 ) -> dict[int, float]:
     """When we first saw each listed instance labelled ours that no live record answers for."""
-    by_vast_id = {r.vast_id: r for r in records.values() if r.vast_id is not None}
-    out: dict[int, float] = {}
-    for instance in listing:
-        info = parse_label(instance.label)
-        if info is None or info.lineage8 != lineage[:8]:
-            continue
-        record = records.get(info.record_id) or by_vast_id.get(instance.id)
-        if record is None or not record.live:
-            out[instance.id] = seen_before.get(instance.id, now)
-    return out
+    return {
+        instance.id: seen_before.get(instance.id, now)
+        for instance, _ in _unanswered(listing, records, lineage)
+    }
 
 
 def unrecorded_dph(
     listing: Iterable[Instance], records: Mapping[str, InstanceRecord], *, lineage: str
 ) -> dict[str, float]:
     """$/h of instances labelled ours that no live record answers for, by cluster."""
-    by_vast_id = {r.vast_id: r for r in records.values() if r.vast_id is not None}
     total: dict[str, float] = {}
+    for instance, info in _unanswered(listing, records, lineage):
+        total[info.cluster] = total.get(info.cluster, 0.0) + (instance.dph_total or 0.0)
+    return total
+
+
+def _unanswered(
+    listing: Iterable[Instance], records: Mapping[str, InstanceRecord], lineage: str
+) -> Iterator[tuple[Instance, LabelInfo]]:
+    """The listed instances labelled ours (this state's lineage) that no live record answers
+    for, by the label's record id or by the instance id, with their labels read."""
+    by_vast_id = {r.vast_id: r for r in records.values() if r.vast_id is not None}
     for instance in listing:
         info = parse_label(instance.label)
         if info is None or info.lineage8 != lineage[:8]:
             continue
         record = records.get(info.record_id) or by_vast_id.get(instance.id)
         if record is None or not record.live:
-            total[info.cluster] = total.get(info.cluster, 0.0) + (instance.dph_total or 0.0)
-    return total
+            yield instance, info
 
 
 def _foreign(cluster: str, instance: Instance) -> Foreign:

@@ -35,7 +35,8 @@ from reconciler.state.ledger import (
     ledger_path,
     read_ledger,
 )
-from reconciler.state.lock import Identity, LockHolder, LockInfo
+from reconciler.state.lock import Identity, LockHolder
+from reconciler.state.lockinfo import LockInfo
 from reconciler.state.memory import MemoryBackend, MemoryStore
 from reconciler.state.redact import MASK, redact
 from reconciler.state.snapshot import StateSnapshot

@@ -29,12 +29,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from reconciler.errors import RayVastError
-
-if TYPE_CHECKING:
-    from reconciler.state.lock import LockInfo
+from reconciler.state.lockinfo import LockInfo
 
 
 class StateError(RayVastError):

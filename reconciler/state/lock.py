@@ -32,9 +32,8 @@ import os
 import pwd
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from reconciler.clock import Clock
 from reconciler.state.errors import (
@@ -44,6 +43,7 @@ from reconciler.state.errors import (
     UnlockRefusedError,
 )
 from reconciler.state.files import create_private, fsync_dir, write_all
+from reconciler.state.lockinfo import LockInfo
 
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 16.0
@@ -51,40 +51,6 @@ MAX_RETRY_SECONDS = 16.0
 # looks in a row we wait like for any held lock instead of spinning.
 IMMEDIATE_RETRIES = 5
 _CHANGED = object()
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """What the lock records about its holder; printed in full when someone else is refused."""
-
-    id: str
-    operation: str
-    who: str  # user@host
-    pid: int
-    created: float  # epoch seconds, from the holder's clock
-    version: str  # the holder's ray-vast version
-    path: str  # the state file the lock guards
-
-    @property
-    def host(self) -> str:
-        return self.who.rpartition("@")[2]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, doc: object) -> LockInfo:
-        """Parse lock info; `ValueError` if any field is missing or of the wrong type."""
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
-        kinds = {"id": str, "operation": str, "who": str, "pid": int, "version": str, "path": str}
-        for name, kind in kinds.items():
-            if not isinstance(doc.get(name), kind) or isinstance(doc.get(name), bool):
-                raise ValueError(f"`{name}` missing or not {kind.__name__}")
-        created = doc.get("created")
-        if not isinstance(created, int | float) or isinstance(created, bool):
-            raise ValueError("`created` missing or not a number")
-        return cls(**{name: doc[name] for name in kinds}, created=float(created))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from reconciler.state.errors import (
     StateLockedError,
     UnlockRefusedError,
 )
-from reconciler.state.lock import Identity, LockHolder, LockInfo, wait_for_lock
+from reconciler.state.lock import Identity, LockHolder, wait_for_lock
+from reconciler.state.lockinfo import LockInfo
 from reconciler.state.redact import normalise_secrets
 from reconciler.state.snapshot import Records, StateSnapshot, decode, encode
 from reconciler.state.store import check_basis, new_lock_info, next_snapshot, prepare_records

@@ -21,7 +21,8 @@ from typing import Protocol
 from reconciler.clock import Clock
 from reconciler.state.errors import LineageMismatchError, SerialMismatchError, StateConflictError
 from reconciler.state.jsonvalue import canonical, plain_json
-from reconciler.state.lock import Identity, LockHolder, LockInfo
+from reconciler.state.lock import Identity, LockHolder
+from reconciler.state.lockinfo import LockInfo
 from reconciler.state.redact import redact
 from reconciler.state.snapshot import Records, StateSnapshot
 

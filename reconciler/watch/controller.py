@@ -115,6 +115,10 @@ class Controller:
     def records(self) -> Records:
         return self.journal.records()
 
+    @property
+    def detections_by_net(self) -> Mapping[str, int]:
+        return self.netting.detections_by_net
+
     def set_specs(self, specs: Mapping[str, ClusterSpec], *, revision: str | None = None) -> None:
         """New desired state (a spec file changed): reconcile the changed clusters at the next
         tick, not at the next cadence; schedules keep their other clocks."""

@@ -302,7 +302,7 @@ def _refresh(
             for key, n in service.alert_repeats().items():
                 repeats[key] = repeats.get(key, 0) + n
     gauges.alert_repeats = repeats
-    gauges.detections_by_net = dict(controller.netting.detections_by_net)
+    gauges.detections_by_net = dict(controller.detections_by_net)
     counters = getattr(controller.provider, "counters", None)
     gauges.requests = dict(counters) if isinstance(counters, Mapping) else {}
     gauges.tick_seconds = seconds

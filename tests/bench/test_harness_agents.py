@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.agents import ContainerFault, Image, Span
+from fleetsim.agents import ContainerFault, Image, Span
 from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import Intent, Role
 from reconciler.model.spec import ClusterSpec

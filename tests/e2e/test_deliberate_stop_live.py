@@ -136,9 +136,9 @@ def story(live: Live) -> str:
     )
 
 
-def test_quiet_stop_keeps_the_disk_demand_resumes_it_longer_quiet_destroys_it(live: Live) -> None:
-    # --- 1. a task rents a worker; quiet, it is stopped with its disk kept -----------------
-    vast_id = ran_on(driver(live, 5))
+def _stopped_with_its_disk_kept(live: Live, vast_id: int) -> None:
+    """Quiet, the worker is stopped through the handshake; its agent exits without destroying,
+    its identity and disk kept, and vast bills storage only."""
     wait_for(lambda: status(live, vast_id) == "stopped", STOP + 90)
     # vast says stopped at once; the agent's report and its answer follow within docker's grace
     wait_for(
@@ -172,6 +172,12 @@ def test_quiet_stop_keeps_the_disk_demand_resumes_it_longer_quiet_destroys_it(li
     assert "PID 1 exits (0) without destroying" in log
     deletes = [r for r in live.sim.requests if r.method == "DELETE" and str(vast_id) in r.path]
     assert deletes == []  # the agent never destroyed its instance
+
+
+def test_quiet_stop_keeps_the_disk_demand_resumes_it_longer_quiet_destroys_it(live: Live) -> None:
+    # --- 1. a task rents a worker; quiet, it is stopped with its disk kept -----------------
+    vast_id = ran_on(driver(live, 5))
+    _stopped_with_its_disk_kept(live, vast_id)
     stopped_at = time.time()
     rented = rentals(live)
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from bench.agents import ContainerFault, Image
-from fleetsim.agents import HEALTHY, Span
+from fleetsim.agents import HEALTHY, ContainerFault, Image, Span
 from fleetsim.harness import START, Fleet, fleet
 from reconciler.applying.search import offer_search
 from reconciler.planning.offers import unfit_reason

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from bench.agents import ContainerFault, Span
+from fleetsim.agents import ContainerFault, Span
 from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import InstanceRecord, Records
 from tests.scenarios.world import M, Signals, cluster, ended_by, rented, run, workers

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from bench.agents import ContainerFault, Span
+from fleetsim.agents import ContainerFault, Span
 from fleetsim.harness import START, fleet
 from reconciler.model.records import Intent, Phase
 from reconciler.planning.pins import PinOrder

@@ -4,7 +4,7 @@ Issue 15: "Ray and Python versions must match across the cluster". Ray refuses a
 another Ray version (or Python version), so without a check every candidate would pull the image,
 enroll, fail its `ray start`, end itself, and be replaced on another host, for as long as the
 breaker lets it. Here the agent in each container reports the Ray and Python its image runs Ray
-with (`bench.agents`: the world's image `rayproject/ray:2.49.0-py310-cu121` runs Ray 2.49.0 on
+with (`fleetsim.agents`: the world's image `rayproject/ray:2.49.0-py310-cu121` runs Ray 2.49.0 on
 Python 3.10.12, the heads run Ray 2.60.0 on Python 3.11.7), the head refuses the first candidate
 that enrolls with the reason in plain words, halts the node type and ends its other candidate, a
 person is alerted, and nothing is rented for it over the next hour. A spec that changes the

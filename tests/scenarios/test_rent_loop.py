@@ -7,7 +7,7 @@ rentals and 59 good hosts blocklisted. The seed's breaker stops after 3 slots x 
 
 from __future__ import annotations
 
-from bench.agents import ContainerFault, Image
+from fleetsim.agents import ContainerFault, Image
 from fleetsim.harness import START, fleet
 from tests.scenarios.world import (
     H,

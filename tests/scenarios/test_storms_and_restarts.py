@@ -3,7 +3,7 @@ no leak, nothing healthy ended."""
 
 from __future__ import annotations
 
-from bench.agents import ContainerFault, Image
+from fleetsim.agents import ContainerFault, Image
 from fleetsim.harness import START, fleet
 from reconciler.applying.journal import Journal
 from reconciler.watch.controller import Controller

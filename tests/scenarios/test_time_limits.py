@@ -8,7 +8,7 @@ listing without it.
 
 from __future__ import annotations
 
-from bench.agents import ContainerFault, Image
+from fleetsim.agents import ContainerFault, Image
 from fleetsim.harness import START, fleet
 from reconciler.model.records import Role
 from tests.scenarios.world import M, cluster, lines, measured, run, workers

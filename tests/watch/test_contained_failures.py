@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench.agents import ContainerFault
+from fleetsim.agents import ContainerFault
 from fleetsim.harness import START, fleet
 from reconciler.applying.observe import observe_and_plan
 from reconciler.model.spec import ClusterSpec

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.agents import ContainerFault, Image
+from fleetsim.agents import ContainerFault, Image
 from fleetsim.harness import START, Fleet, fleet
 from reconciler.applying.search import offer_search
 from reconciler.model.labels import label_for

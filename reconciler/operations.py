@@ -145,7 +145,7 @@ def apply_specs(
         if plan.errored:
             return EXIT_ERROR
         if not plan.has_changes:
-            journal.save(plan.records)
+            journal.update(plan.changes.apply)
             return EXIT_OK
         _guard(plan, journal, allow_mass_destroy)
         if not auto_approve:

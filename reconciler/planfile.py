@@ -1,9 +1,9 @@
 """Saved plans (`ray-vast plan -out FILE`): exactly what `apply FILE` will do, or a refusal.
 
-A plan file carries the plan (with the records it starts from), the state's lineage and serial, a
-fingerprint of the live instances it touches, and the digest of every cluster spec it was made
-from. `apply FILE` refuses it when any of those moved on, the way Terraform refuses a stale plan:
-plan and apply run in different CI jobs, and the world may change in between.
+A plan file carries the plan (with the changes it makes to the records), the state's lineage and
+serial, a fingerprint of the live instances it touches, and the digest of every cluster spec it
+was made from. `apply FILE` refuses it when any of those moved on, the way Terraform refuses a
+stale plan: plan and apply run in different CI jobs, and the world may change in between.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from reconciler.model.codec import decode, encode
 from reconciler.model.plan import Plan
 
 KIND = "ray-vast-plan"
-FILE_VERSION = 1
+FILE_VERSION = 2  # 2: a plan carries its `changes`, not the whole next records
 
 
 class PlanFileError(RayVastError):

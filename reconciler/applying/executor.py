@@ -73,8 +73,7 @@ class Executor(Renting):
         """The plan's bookkeeping (refresh, requests, blocklist, breaker) saved, its detections
         and its non-provider decisions ledgered. The caller that planned under the records lock
         commits in the same hold, so nothing that changed meanwhile is overwritten."""
-        with self.journal.lock:
-            self.journal.save(plan.records)
+        self.journal.update(plan.changes.apply)
         self._log_detections(plan)
         for action in plan.actions:
             if action.kind in (ActionKind.BLOCKLIST, ActionKind.PAUSE):

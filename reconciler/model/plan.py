@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from reconciler.model.records import Alert, InstanceRecord, Records
+from reconciler.model.changes import Changes
+from reconciler.model.records import Alert, InstanceRecord
 
 
 @dataclass(frozen=True)
@@ -152,11 +153,11 @@ class Plan:
     unmet: tuple[Unmet, ...] = ()
     # What the checks behind the actions noticed; the ledger keeps each one before its actions.
     detections: tuple[Detection, ...] = ()
-    # The alerts for a person this plan raised (they are in `records` too; the log says them).
+    # The alerts for a person this plan raised (in `changes` too; the log says them).
     alerts: tuple[Alert, ...] = ()
-    # The records after the plan's bookkeeping (refresh, requests placed, blocklist, breaker),
-    # before any provider action; apply starts from these.
-    records: Records = field(default_factory=Records)
+    # The plan's bookkeeping (refresh, requests placed, blocklist, breaker, alerts, records
+    # forgotten) as changes the executor applies before any provider action (model/changes.py).
+    changes: Changes = field(default_factory=Changes)
     format_version: str = field(default=FORMAT_VERSION)
 
     @property

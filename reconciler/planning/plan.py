@@ -13,6 +13,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
+from reconciler.model.changes import Changes
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind, ClusterCost, Detection, Foreign, Plan
@@ -85,7 +86,7 @@ def plan(
         )
         for name in clusters
     ]
-    return _finished(draft, listing, costs, foreign, serial=serial)
+    return _finished(draft, listing, costs, foreign, base=records, serial=serial)
 
 
 def _unplannable(
@@ -102,7 +103,6 @@ def _unplannable(
         actions=(),
         costs=(),
         errors=(f"vast's instance listing is unknown ({why}); nothing is planned",),
-        records=records,
     )
 
 
@@ -171,6 +171,7 @@ def _finished(
     costs: Sequence[ClusterCost],
     foreign: Sequence[Foreign],
     *,
+    base: Records,
     serial: int,
 ) -> Plan:
     """The plan of a finished draft: its actions in the order they are carried out (free money
@@ -191,7 +192,7 @@ def _finished(
         alerts=tuple(draft.alerts),
         detections=tuple(draft.detections),
         unmet=tuple(draft.unmet),
-        records=draft.finish(),
+        changes=Changes.between(base, draft.finish()),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from reconciler.model.changes import Changes
 from reconciler.model.plan import Plan
 from reconciler.model.records import InstanceRecord, PoolState, Records, Request
 from reconciler.model.spec import ClusterSpec
@@ -60,7 +61,7 @@ def react(
         notes=tuple(draft.notes),
         alerts=tuple(draft.alerts),
         detections=tuple(draft.detections),
-        records=draft.finish(),
+        changes=Changes.between(records, draft.finish()),
     )
 
 

@@ -48,7 +48,6 @@ def down_plan(
         listing_fingerprint=fingerprint(listing, touched(actions)),
         actions=actions,
         costs=(ClusterCost(cluster, before, 0.0, 0.0),),
-        records=records,
     )
 
 

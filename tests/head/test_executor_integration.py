@@ -11,6 +11,7 @@ from reconciler.applying.executor import Executor
 from reconciler.applying.journal import Journal
 from reconciler.clock import SystemClock
 from reconciler.head import tokens
+from reconciler.model.changes import Changes
 from reconciler.model.codec import decode, encode
 from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest, OfferSearch
@@ -56,7 +57,7 @@ def rent_plan(journal: Journal, offer: Any, now: float) -> Plan:
         listing_fingerprint="",
         actions=(rent,),
         costs=(),
-        records=Records(requests={"q1": request}),
+        changes=Changes(requests={"q1": request}),
     )
 
 

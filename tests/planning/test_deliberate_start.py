@@ -17,7 +17,6 @@ from reconciler.model.observed import Instance
 from reconciler.model.plan import ActionKind, Plan
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, RequestStatus, Role
 from reconciler.planning import deadlines
-from reconciler.planning.plan import plan
 from tests.planning.builders import (
     LINEAGE,
     NOW,
@@ -29,6 +28,7 @@ from tests.planning.builders import (
     row,
     spec,
 )
+from tests.planning.planned import plan
 
 SPEC = spec(min_workers=0, max_workers=3, factor=1)
 OFFERS = [offer(1, 0.30), offer(2, 0.40), offer(3, 0.50)]

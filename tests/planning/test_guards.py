@@ -67,7 +67,7 @@ def test_a_prune_that_pins_hold_in_part_still_counts_as_the_whole_cluster() -> N
     assert destroys(p) == [("removed_from_spec", "i3")]
     assert mass_destroys(p, state) == ["gone: 3 of 3 instances"]
     # the two held are alerted once (the ledger's detection beside it), then only noted
-    assert [(a.cls, a.record) for a in p.records.alerts] == [
+    assert [(a.cls, a.record) for a in p.alerts] == [
         ("prune_held", "i1"),
         ("prune_held", "i2"),
     ]
@@ -75,8 +75,9 @@ def test_a_prune_that_pins_hold_in_part_still_counts_as_the_whole_cluster() -> N
         ("prune_held", "i1"),
         ("prune_held", "i2"),
     ]
-    again = planned(p.records, [row(busy), row(pinned), row(idle)])
-    assert again.detections == () and len(again.records.alerts) == 2
+    after = p.changes.apply(state)
+    again = planned(after, [row(busy), row(pinned), row(idle)])
+    assert again.detections == () and len(again.changes.apply(after).alerts) == 2
     assert [n.split(":")[0] for n in again.notes] == ["prune_held", "prune_held"]
 
 
@@ -103,7 +104,7 @@ def test_a_lone_orphan_of_a_cluster_we_hold_nothing_of_is_swept() -> None:
             Action(ActionKind.DESTROY, "c1", "orphan", "no record", vast_id=20 + i)
             for i in range(n)
         )
-        return Plan(NOW, LINEAGE, 1, "", actions, (), records=Records())
+        return Plan(NOW, LINEAGE, 1, "", actions, ())
 
     assert mass_destroys(sweep(1), Records()) == []
     assert mass_destroys(sweep(2), Records()) == ["c1: 2 of 2 instances"]
@@ -116,10 +117,10 @@ def test_an_orphan_swept_beside_a_worker_is_half_the_cluster_and_goes_ahead() ->
     kept = worker("i1", 11, cluster="c1")
     state = records(kept)
     orphan = Action(ActionKind.DESTROY, "c1", "orphan", "no record", vast_id=20)
-    swept = Plan(NOW, LINEAGE, 1, "", (orphan,), (), records=state)
+    swept = Plan(NOW, LINEAGE, 1, "", (orphan,), ())
     assert mass_destroys(swept, state) == []
     assert hold_mass_destroys(swept, state)[0].actions == (orphan,)
     # with the worker scaled down in the same plan, it is all of it: held
     down = Action(ActionKind.DESTROY, "c1", "scale_down", "over max", record="i1", vast_id=11)
-    both = Plan(NOW, LINEAGE, 1, "", (orphan, down), (), records=state)
+    both = Plan(NOW, LINEAGE, 1, "", (orphan, down), ())
     assert mass_destroys(both, state) == ["c1: 2 of 2 instances"]

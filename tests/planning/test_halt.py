@@ -19,8 +19,8 @@ from reconciler.model.records import (
     breaker_key,
 )
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning.plan import plan
 from tests.planning.builders import LINEAGE, NOW, offer, record, records, request, spec
+from tests.planning.planned import plan
 
 OFFERS = tuple(offer(i, 0.1 * i) for i in range(1, 12))
 SPEC = spec(min_workers=2, factor=2)

@@ -20,7 +20,6 @@ from reconciler.model.records import (
     Role,
 )
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning.plan import plan
 from reconciler.planning.retention import RETENTION_SECONDS, prune
 from tests.planning.builders import (
     LINEAGE,
@@ -33,6 +32,7 @@ from tests.planning.builders import (
     row,
     spec,
 )
+from tests.planning.planned import plan
 
 Act = tuple[str, str, str | None]  # (kind, reason, record or vast id as str)
 

@@ -27,9 +27,8 @@ from reconciler.model.records import (
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import breaker
 from reconciler.planning.draft import Draft
-from reconciler.planning.plan import plan
-from reconciler.planning.react import react
 from tests.planning.builders import LINEAGE, NOW, offer, record, records, request, row, spec
+from tests.planning.planned import plan, react
 
 OFFERS = tuple(offer(i, 0.1 * i) for i in range(1, 12))
 SPEC = spec(min_workers=1, factor=2)

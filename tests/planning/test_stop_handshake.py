@@ -22,9 +22,8 @@ from reconciler.model.observation import Observation
 from reconciler.model.records import InstanceRecord, Intent, Phase, RequestStatus, Role
 from reconciler.nets import idle
 from reconciler.planning import deadlines
-from reconciler.planning.plan import plan
-from reconciler.planning.react import react
 from tests.planning.builders import LINEAGE, NOW, offer, record, records, request, row, spec
+from tests.planning.planned import plan, react
 
 SPEC = spec(min_workers=0, max_workers=3, factor=1)
 SPECS = {SPEC.name: SPEC}

@@ -151,7 +151,7 @@ def latency_world(
                     spec=spec,
                     cluster_pki=cluster_pki,
                     host=controller.journal,
-                    ledger=journal,
+                    ledger=journal.ledger,
                     applier=controller.applier,
                     lineage=journal.lineage,
                     clock=clock,

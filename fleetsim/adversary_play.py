@@ -26,7 +26,7 @@ from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import pins
 from reconciler.planning.offers import unfit_reason
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 from vastsim import Market
 from vastsim.generate import generate_machines
 from vastsim.market import STANDARD_IMAGES, Machine, Traits
@@ -209,14 +209,16 @@ class Play:
             if outcome.changed:
                 controller.journal.save(outcome.records)
                 r = outcome.record
-                controller.journal.log(
-                    r.cluster,
-                    LedgerKind.DECISION,
-                    outcome.cls,
-                    outcome.message,
-                    record=r.id,
-                    instance=r.vast_id,
-                    data=outcome.data,
+                controller.journal.ledger.append(
+                    LedgerEvent(
+                        r.cluster,
+                        LedgerKind.DECISION,
+                        outcome.cls,
+                        outcome.message,
+                        record=r.id,
+                        instance=r.vast_id,
+                        data=outcome.data,
+                    )
                 )
 
 

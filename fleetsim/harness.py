@@ -335,7 +335,7 @@ def _heads(
             spec=spec,
             cluster_pki=cluster_pki(state_dir, spec, clock.now()),
             host=controller.journal,
-            ledger=controller.journal,
+            ledger=controller.journal.ledger,
             applier=controller.applier.in_caller(),
             lineage=controller.journal.lineage,
             clock=clock,

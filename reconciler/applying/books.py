@@ -7,16 +7,22 @@ a watch controller (and the head's tests): the head's `RecordsHost` for the reco
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from reconciler.applying.journal import RecordsLock
 from reconciler.model.records import Records
-from reconciler.state.ledger import LedgerKind, LedgerSink
+from reconciler.state.ledger import LedgerSink
 
 
-class Books(LedgerSink, Protocol):
+class Books(Protocol):
+    """Where the executor's memory goes: the records behind their lock, and the ledger (one
+    verb: `books.ledger.append(LedgerEvent(...))`)."""
+
+    @property
+    def ledger(self) -> LedgerSink: ...
+
     @property
     def lock(self) -> RecordsLock: ...
 
@@ -60,19 +66,3 @@ class HostBooks:
 
     def update(self, change: Callable[[Records], Records]) -> Records:
         return self.host.update(change)
-
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.ledger.log(
-            cluster, kind, cls, message, record=record, instance=instance, dph=dph, data=data
-        )

@@ -41,7 +41,7 @@ from reconciler.model.records import (
     retry_delay,
 )
 from reconciler.model.stretches import started_from, stopped_from, vanished_at
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.vast import errors as vast_errors
 
 T = TypeVar("T")
@@ -219,15 +219,17 @@ class Executor(Renting):
             request = records.requests.get(found.record)
             owner = record.cluster if record else request.cluster if request else None
             cluster = found.cluster or owner or "unknown"
-            self.journal.log(
-                cluster,
-                LedgerKind.DETECTION,
-                found.cls,
-                found.detail,
-                record=found.record,
-                instance=found.vast_id
-                if found.vast_id is not None
-                else (record.vast_id if record else None),
+            self.journal.ledger.append(
+                LedgerEvent(
+                    cluster,
+                    LedgerKind.DETECTION,
+                    found.cls,
+                    found.detail,
+                    record=found.record,
+                    instance=found.vast_id
+                    if found.vast_id is not None
+                    else (record.vast_id if record else None),
+                )
             )
 
 

@@ -1,9 +1,9 @@
 """Where the executor's memory goes: the state store and the ledger, kept in step.
 
 Intent is saved before every provider call and the outcome after it (DESIGN.md section 9), so
-saving must be cheap to call and impossible to forget. `Journal.save` writes the records as the next
-version of the snapshot it last wrote; `Journal.log` appends to the ledger. Both redact the secrets
-they were given.
+saving must be cheap to call and impossible to forget. `Journal.save` writes the records as the
+next version of the snapshot it last wrote; `Journal.ledger.append` adds a ledger event. Both
+redact the secrets they were given.
 
 The records are shared: the watch controller's ticks, the head's enrollment and heartbeat handlers
 and the applier's threads all read and change them, behind the journal's one `RecordsLock`. The
@@ -15,14 +15,13 @@ outcome is recorded under it again. `RecordsLock.held_here` lets the applier che
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
 
 from reconciler.model.codec import decode, encode
 from reconciler.model.records import Records
-from reconciler.state.ledger import LedgerKind, LedgerWriter
+from reconciler.state.ledger import LedgerWriter
 from reconciler.state.snapshot import StateSnapshot
 from reconciler.state.store import StateStore
 
@@ -111,19 +110,3 @@ class Journal:
             updated = change(self.records())
             self.save(updated)
             return updated
-
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.ledger.log(
-            cluster, kind, cls, message, record=record, instance=instance, dph=dph, data=data
-        )

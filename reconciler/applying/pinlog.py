@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from reconciler.applying.journal import Journal
 from reconciler.planning.pins import PinOutcome
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 
 
 def log_pin(journal: Journal, outcome: PinOutcome) -> None:
     record = outcome.record
-    journal.log(
-        record.cluster,
-        LedgerKind.DECISION,
-        outcome.cls,
-        outcome.message,
-        record=record.id,
-        instance=record.vast_id,
-        data=outcome.data,
+    journal.ledger.append(
+        LedgerEvent(
+            record.cluster,
+            LedgerKind.DECISION,
+            outcome.cls,
+            outcome.message,
+            record=record.id,
+            instance=record.vast_id,
+            data=outcome.data,
+        )
     )

@@ -23,7 +23,7 @@ from reconciler.model.evolve import evolve
 from reconciler.model.plan import Action
 from reconciler.model.records import InstanceRecord, Intent, Records
 from reconciler.model.spec import ClusterSpec
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 
 T = TypeVar("T")
 
@@ -146,15 +146,17 @@ class Steps:
         if action.host_id is not None:
             data["host_id"] = action.host_id
         data.update(extra or {})
-        self.journal.log(
-            action.cluster,
-            kind,
-            action.reason,
-            message,
-            record=action.record,
-            instance=instance if instance is not None else action.vast_id,
-            dph=dph if dph is not None else (action.dph_delta or None),
-            data=data,
+        self.journal.ledger.append(
+            LedgerEvent(
+                action.cluster,
+                kind,
+                action.reason,
+                message,
+                record=action.record,
+                instance=instance if instance is not None else action.vast_id,
+                dph=dph if dph is not None else (action.dph_delta or None),
+                data=data,
+            )
         )
 
 

@@ -19,7 +19,7 @@ from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.model.plan import Plan
 from reconciler.model.records import Intent, Phase
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.vast.errors import VastError
 
 
@@ -90,4 +90,6 @@ def close_records(journal: Journal, cluster: str, now: float) -> None:
         for rid, r in records.instances.items()
     }
     journal.save(replace(records, instances=closed))
-    journal.log(cluster, LedgerKind.OUTCOME, "down", f"cluster {cluster} is down")
+    journal.ledger.append(
+        LedgerEvent(cluster, LedgerKind.OUTCOME, "down", f"cluster {cluster} is down")
+    )

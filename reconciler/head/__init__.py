@@ -21,7 +21,7 @@ How the pieces fit:
 
 - `host` is a `RecordsHost` (`lock`, `records()`, `update(change)`): the watch controller's
   `Journal`, or a `SharedRecords`; every decision runs under its lock and saves through it.
-- `ledger` is a `LedgerSink` (`Journal.log`'s signature).
+- `ledger` is a `LedgerSink` (`append(LedgerEvent)`: the journal's ledger).
 - Decisions are pure (`enrollment.enroll`, `heartbeats.heartbeat`, `reports.report`): records and
   a message in, new records plus notes, destroys and a refusal out.
 - The head's own destroys (extra candidates when a request fills, a failed token check) are plan

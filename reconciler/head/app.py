@@ -35,7 +35,7 @@ from reconciler.model.records import Alert, Records
 from reconciler.model.routing import route
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import alerts
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 
 T = TypeVar("T")
 log = logging.getLogger("reconciler.head")
@@ -415,12 +415,14 @@ class HeadApp:
         return raised
 
     def _note(self, note: Note) -> None:
-        self.ledger.log(
-            self.cluster,
-            note.kind,
-            note.cls,
-            note.message,
-            record=note.record,
-            instance=note.instance,
-            data=note.data,
+        self.ledger.append(
+            LedgerEvent(
+                self.cluster,
+                note.kind,
+                note.cls,
+                note.message,
+                record=note.record,
+                instance=note.instance,
+                data=note.data,
+            )
         )

@@ -223,21 +223,10 @@ def last_seq(fd: int, size: int) -> int:
 
 
 class LedgerSink(Protocol):
-    """Anything that takes ledger lines in `LedgerWriter.log`'s shape (the writer, the journal,
-    the head's and the applier's books)."""
+    """Anything that takes ledger events (the writer, the journal, the head's and the applier's
+    books): one verb, `append(LedgerEvent(...))`, everywhere a line is written."""
 
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None: ...
+    def append(self, event: LedgerEvent) -> object: ...
 
 
 class LedgerWriter:
@@ -279,23 +268,6 @@ class LedgerWriter:
     def _sync(self, fd: int) -> None:
         """Make appended lines durable; a hook so tests can count syncs."""
         os.fsync(fd)
-
-    def log(
-        self,
-        cluster: str,
-        kind: LedgerKind,
-        cls: str,
-        message: str,
-        *,
-        record: str | None = None,
-        instance: int | None = None,
-        dph: float | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> None:
-        """`append` in the shape every ledger user speaks (the head's `LedgerSink`)."""
-        self.append(
-            LedgerEvent(cluster, kind, cls, message, record, instance, dph, dict(data or {}))
-        )
 
     def append(self, event: LedgerEvent) -> LedgerEntry:
         """Append one entry durably (flush + fsync) and return it as written."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from reconciler.applying.journal import Journal
 from reconciler.model.records import Alert
 from reconciler.planning import alerts
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.views.plan import alert_line
 
 
@@ -26,12 +26,14 @@ def raise_alert(
             return
         records, alert = found
         journal.save(records)
-        journal.log(
-            concern.cluster,
-            LedgerKind.DETECTION,
-            concern.cls,
-            concern.message,
-            record=concern.record,
+        journal.ledger.append(
+            LedgerEvent(
+                concern.cluster,
+                LedgerKind.DETECTION,
+                concern.cls,
+                concern.message,
+                record=concern.record,
+            )
         )
         say_alerts(say, [alert])
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerSink
 
 log = logging.getLogger("ray_vast")
 T = TypeVar("T")
@@ -35,14 +35,6 @@ class Backoff:
 FAILURE_BACKOFF = Backoff()
 
 
-class NoteSink(Protocol):
-    """Where the one ledger line of a run of failures goes (the journal)."""
-
-    def log(
-        self, cluster: str, kind: LedgerKind, cls: str, message: str, *, data: dict[str, object]
-    ) -> None: ...
-
-
 @dataclass
 class Failing:
     """A cluster whose part of a tick raised: how many times in a row, and when to retry."""
@@ -56,7 +48,7 @@ class Failing:
 class Containment:
     """The clusters failing now and the shared steps failing now, with their backoff."""
 
-    ledger: NoteSink
+    ledger: LedgerSink
     backoff: Backoff = FAILURE_BACKOFF
     failing: dict[str, Failing] = field(default_factory=dict)
     shared_failing: set[str] = field(default_factory=set)
@@ -111,12 +103,14 @@ class Containment:
             return
         failing = self.failing.pop(name)
         log.info("%s: ticks again after %d failure(s)", name, failing.attempts)
-        self.ledger.log(
-            name,
-            LedgerKind.NOTE,
-            "tick_recovered",
-            f"ticks again after {failing.attempts} failed attempt(s) ({failing.error})",
-            data={"attempts": failing.attempts},
+        self.ledger.append(
+            LedgerEvent(
+                name,
+                LedgerKind.NOTE,
+                "tick_recovered",
+                f"ticks again after {failing.attempts} failed attempt(s) ({failing.error})",
+                data={"attempts": failing.attempts},
+            )
         )
 
     def shared(
@@ -151,4 +145,4 @@ class Containment:
             "error_type": type(exc).__name__,
             "error": str(exc),
         }
-        self.ledger.log(name, LedgerKind.NOTE, "tick_failed", message, data=data)
+        self.ledger.append(LedgerEvent(name, LedgerKind.NOTE, "tick_failed", message, data=data))

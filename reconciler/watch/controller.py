@@ -36,7 +36,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.nets import dispatch
 from reconciler.nets.detection import Detection
 from reconciler.planning import alerts, guards, revocation
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.watch import forgetting
 from reconciler.watch.agenda import IDLE_WAKEUP_SECONDS, LISTING_JOBS, Agenda
 from reconciler.watch.alerting import raise_alert, say_alerts
@@ -96,7 +96,7 @@ class Controller:
             stop_requested=self.stop_requested,
         )
         self.agenda = Agenda(self.nets, demand_check_seconds=self.demand_check_seconds)
-        self.containment = Containment(self.journal)
+        self.containment = Containment(self.journal.ledger)
         signals, held = (lambda: self.signals), (self.journal, self.containment)
         self.netting = Netting(*held, self.applier, self.clock, self._say, signals, self.nets)
         self.ray = RaySide(*held, self.agenda, self._say, signals)
@@ -282,7 +282,9 @@ class Controller:
         if plan.errored:
             for error in plan.errors:
                 for name in names:
-                    self.journal.log(name, LedgerKind.NOTE, "listing_unknown", error)
+                    self.journal.ledger.append(
+                        LedgerEvent(name, LedgerKind.NOTE, "listing_unknown", error)
+                    )
             self.agenda.listing_failed(names, now)
             return {}
         self.agenda.listed(names, now)

@@ -14,7 +14,7 @@ from reconciler.applying.journal import Journal
 from reconciler.model import cost
 from reconciler.model.records import Records
 from reconciler.planning import retention
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 
 
 def forget_ended(journal: Journal, now: float) -> None:
@@ -26,11 +26,13 @@ def forget_ended(journal: Journal, now: float) -> None:
             return
         for bill in retention.bills(before, after):
             record = bill.record
-            journal.log(
-                *(record.cluster, LedgerKind.REPORT, cost.BILL_CLASS, bill.message),
-                record=record.id,
-                instance=record.vast_id,
-                data=bill.entry,
+            journal.ledger.append(
+                LedgerEvent(
+                    *(record.cluster, LedgerKind.REPORT, cost.BILL_CLASS, bill.message),
+                    record=record.id,
+                    instance=record.vast_id,
+                    data=bill.entry,
+                )
             )
         journal.save(after)
 

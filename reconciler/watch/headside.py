@@ -96,7 +96,7 @@ class HeadServices:
             spec=spec,
             cluster_pki=cluster_pki(self.state_dir, spec, self.clock.now()),
             host=self.controller.journal,
-            ledger=self.journal,
+            ledger=self.journal.ledger,
             applier=self.controller.applier,
             lineage=self.journal.lineage,
             clock=self.clock,

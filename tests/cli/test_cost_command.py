@@ -22,7 +22,7 @@ from reconciler.model import cost
 from reconciler.model.codec import encode
 from reconciler.model.records import Intent, Phase, Records, Role, Stretch
 from reconciler.state.filestore import FileStore
-from reconciler.state.ledger import LedgerKind, LedgerWriter, ledger_path
+from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerWriter, ledger_path
 from tests.planning.builders import record
 from tests.scenarios.world import cluster_text
 
@@ -137,24 +137,28 @@ def make_state(state_dir: Path, *, strip_clocks: bool = False) -> None:
     assert stale is not None
     with LedgerWriter.open(ledger_path(state_dir), clock=clock) as ledger:
         for life in (forgotten, stale):
-            ledger.log(
-                "c1",
-                LedgerKind.REPORT,
-                cost.BILL_CLASS,
-                "bill",
-                record=life.instance,
-                instance=life.vast_id,
-                data=cost.bill_entry(life),
+            ledger.append(
+                LedgerEvent(
+                    "c1",
+                    LedgerKind.REPORT,
+                    cost.BILL_CLASS,
+                    "bill",
+                    record=life.instance,
+                    instance=life.vast_id,
+                    data=cost.bill_entry(life),
+                )
             )
         clock.advance(1000)
-        ledger.log(
-            "c1",
-            LedgerKind.OUTCOME,
-            "orphan",
-            "instance 20000009 destroyed",
-            instance=20000009,
-            dph=-0.72,
-            data={"action": "destroy", "outcome": "ok", "first_seen": T0 + 400},
+        ledger.append(
+            LedgerEvent(
+                "c1",
+                LedgerKind.OUTCOME,
+                "orphan",
+                "instance 20000009 destroyed",
+                instance=20000009,
+                dph=-0.72,
+                data={"action": "destroy", "outcome": "ok", "first_seen": T0 + 400},
+            )
         )
 
 

@@ -13,7 +13,6 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,7 +27,7 @@ from reconciler.head.pki import ClusterPki, pki_dir
 from reconciler.head.shared import SharedRecords
 from reconciler.model.records import Alert, InstanceRecord, Intent, Phase, Records, Role
 from reconciler.planning import alerts
-from reconciler.state.ledger import LedgerKind
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.watch import logs as watch_logs
 
 from .harness import LINEAGE, cluster_spec, hc_record
@@ -41,8 +40,8 @@ NOW = 1_800_000_000.0
 class Ledger:
     lines: list[tuple[LedgerKind, str, str | None]] = field(default_factory=list)
 
-    def log(self, cluster: str, kind: LedgerKind, cls: str, message: str, **kw: Any) -> None:
-        self.lines.append((kind, cls, kw.get("record")))
+    def append(self, event: LedgerEvent) -> None:
+        self.lines.append((event.kind, event.class_, event.record))
 
 
 @dataclass

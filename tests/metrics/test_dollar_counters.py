@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.clock import FakeClock
 from reconciler.model.records import Intent, Phase, Records, Role
-from reconciler.state.ledger import LedgerKind, LedgerWriter
+from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerWriter
 from reconciler.watch.metrics import DollarCounter, Gauges, render
 from tests.planning.builders import record
 
@@ -59,14 +59,16 @@ def test_they_count_from_the_start_and_keep_what_retention_drops(tmp_path: Path)
     )
     assert counter.update(ended, T0 + 300) == pytest.approx({("c1", "serving"): 0.02})
     with LedgerWriter.open(ledger, clock=FakeClock(T0 + 400)) as writer:
-        writer.log(
-            "c1",
-            LedgerKind.OUTCOME,
-            "orphan",
-            "instance 9 destroyed",
-            instance=9,
-            dph=-0.72,
-            data={"action": "destroy", "outcome": "ok", "first_seen": T0 + 300},
+        writer.append(
+            LedgerEvent(
+                "c1",
+                LedgerKind.OUTCOME,
+                "orphan",
+                "instance 9 destroyed",
+                instance=9,
+                dph=-0.72,
+                data={"action": "destroy", "outcome": "ok", "first_seen": T0 + 300},
+            )
         )
     # retention dropped i1; the orphan billed 100 s at 2e-4 $/s
     assert counter.update(Records(), T0 + 500) == pytest.approx(

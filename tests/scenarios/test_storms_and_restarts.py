@@ -57,7 +57,7 @@ def test_watch_restarted_in_the_middle_of_a_scale_up() -> None:
         )
         f.controller = new
         for app in f.heads.values():
-            app.host = app.ledger = journal
+            app.host, app.ledger = journal, journal.ledger
         run(f, START + 20 * M)
         assert len(workers(f, "restart")) == 3
         assert set(rented(f, "restart")) == first  # nothing rented twice

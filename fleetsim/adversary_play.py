@@ -22,6 +22,7 @@ from fleetsim.agents import ContainerFault, Image, Span
 from fleetsim.harness import START, Fleet, fleet
 from fleetsim.invariants import Counterexample, Judge, Key, Violation
 from reconciler.applying.search import offer_search
+from reconciler.model.orders import PinOrder
 from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import pins
@@ -199,7 +200,7 @@ class Play:
             if target is None:
                 return
             seconds = float(event.value) if event.value else None
-            order = pins.PinOrder(target, "adversary", seconds=seconds, unpin=event.kind == "unpin")
+            order = PinOrder(target, "adversary", seconds=seconds, unpin=event.kind == "unpin")
             try:
                 outcome = pins.decide(records, order, lineage=controller.journal.lineage, now=now)
             except pins.PinRefused:

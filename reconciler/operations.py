@@ -24,12 +24,12 @@ from reconciler.deps import Deps
 from reconciler.errors import RayVastError
 from reconciler.model import cost as cost_model
 from reconciler.model.observed import Instance
+from reconciler.model.orders import PinOrder
 from reconciler.model.plan import Plan
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import pins, teardown
 from reconciler.planning.guards import mass_destroys
-from reconciler.planning.pins import PinOrder
 from reconciler.planning.plan import fingerprint, touched
 from reconciler.state import orders
 from reconciler.state.errors import Liveness, StateLockedError

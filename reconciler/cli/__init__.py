@@ -13,6 +13,8 @@ command:
 - `options`: the options several commands share; `context`: what every command runs with.
 
 This module makes the typer apps and registers the commands, in the order `--help` lists them.
+
+May import every layer (it composes them); nothing imports it.
 """
 
 from __future__ import annotations

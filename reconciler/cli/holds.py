@@ -14,7 +14,7 @@ import typer
 from reconciler import operations
 from reconciler.cli import context
 from reconciler.cli.options import LockTimeout, PinTarget, StateDirOption
-from reconciler.planning.pins import PinOrder
+from reconciler.model.orders import PinOrder
 from reconciler.state.lock import Identity
 
 _PIN_LOCK_NOTE = (

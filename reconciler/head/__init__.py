@@ -30,4 +30,7 @@ How the pieces fit:
 - The latest utilisation sample of each worker lands on its record (`sample_at`, `sample_busy`).
 - The Ray head must run with `RAY_AUTH_MODE=token` and the token file
   `RAY_AUTH_TOKEN_PATH=pki.ray_auth_token_path`: the token every worker is given.
+
+May import `applying` (the one applier it hands its destroys to), `planning` (alerts, pins),
+`model`, `state`, `clock` and the error root; never `watch` or `cli`.
 """

@@ -9,22 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from reconciler.model.orders import PinOrder
 from reconciler.model.records import InstanceRecord, Intent, Records
 
 
 class PinRefused(ValueError):
     """The order names no live record of ours; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class PinOrder:
-    """What a person asked: pin (for `seconds`, None: until unpinned) or unpin, who and why."""
-
-    target: str
-    who: str
-    reason: str | None = None
-    seconds: float | None = None
-    unpin: bool = False
 
 
 @dataclass(frozen=True)

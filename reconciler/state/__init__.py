@@ -4,6 +4,8 @@ The state is the reconciler's memory (records, intents, timers, blocklist, break
 file with Terraform's identity fields, written atomically under a lock; the ledger is the
 append-only history beside it. See `store` for the rules every store follows, `filestore` for the
 files on disk, `lock` for the lock, `versions` for format upgrades and `ledger` for the history.
+
+May import `model`, `clock` and the error root; never `planning`, `applying`, `watch` or `cli`.
 """
 
 from reconciler.state.errors import (

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-from reconciler.planning.pins import PinOrder
+from reconciler.model.orders import PinOrder
 
 ORDERS_DIR = "orders"
 

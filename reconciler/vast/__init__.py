@@ -5,6 +5,8 @@
     offers = vast.search_offers(OfferSearch.of({"num_gpus": {"eq": 1}}))
 
 See `client` for the operations, `errors` for the error tree, `retry` for what is retried.
+
+May import `model` and the error root (and httpx, tenacity); nothing above it.
 """
 
 from reconciler.vast.client import VastClient

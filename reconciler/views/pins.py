@@ -6,8 +6,9 @@ now, until when, and what may end it again.
 
 from __future__ import annotations
 
+from reconciler.model.orders import PinOrder
 from reconciler.planning import pins
-from reconciler.planning.pins import PinOrder, PinOutcome
+from reconciler.planning.pins import PinOutcome
 
 
 def said(outcome: PinOutcome, order: PinOrder) -> str:

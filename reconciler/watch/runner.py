@@ -21,6 +21,7 @@ from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.pinlog import log_pin
 from reconciler.applying.provider import Provider
 from reconciler.deps import Deps
+from reconciler.model.orders import PinOrder
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import pins
 from reconciler.spec.loader import LoadResult
@@ -259,7 +260,7 @@ def take_orders(state_dir: Path, controller: Controller, logger: logging.Logger)
         orders.done(path)
 
 
-def _verb(order: pins.PinOrder) -> str:
+def _verb(order: PinOrder) -> str:
     return "unpin" if order.unpin else "pin"
 
 

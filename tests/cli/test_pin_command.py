@@ -18,8 +18,8 @@ from reconciler.cli import app
 from reconciler.clock import FakeClock
 from reconciler.deps import Deps
 from reconciler.model.codec import encode
+from reconciler.model.orders import PinOrder
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
-from reconciler.planning.pins import PinOrder
 from reconciler.state import orders
 from reconciler.state.filestore import FileStore
 from reconciler.state.ledger import read_ledger

@@ -45,3 +45,14 @@ def test_no_function_is_over_its_limit() -> None:
                 if length > FUNCTION_LINES:
                     over[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = length
     assert over == {}
+
+
+def test_each_package_says_what_it_holds_and_what_it_may_import() -> None:
+    """Each package's `__init__.py` docstring is its room's sign: what it holds, and which
+    layers it may import (the layering check enforces the rule; the sign says it to a reader)."""
+    unsigned = []
+    for init in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        if len(doc.splitlines()) < 3 or "import" not in doc.lower():
+            unsigned.append(str(init.relative_to(ROOT)))
+    assert unsigned == []

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from fleetsim.agents import ContainerFault, Span
 from fleetsim.harness import START, fleet
+from reconciler.model.orders import PinOrder
 from reconciler.model.records import Intent, Phase
-from reconciler.planning.pins import PinOrder
 from reconciler.state import orders
 from reconciler.watch.runner import take_orders
 from tests.scenarios.world import (

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from fleetsim.agents import ContainerFault, Span
 from fleetsim.harness import START, Fleet, fleet
+from reconciler.model.orders import PinOrder
 from reconciler.model.records import Records
 from reconciler.planning import teardown
-from reconciler.planning.pins import PinOrder
 from reconciler.state import orders
 from reconciler.views import status as status_view
 from reconciler.watch.runner import take_orders

@@ -33,10 +33,11 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.live import free_port, wait_for
+from bench.live import free_port
 from fleetsim.harness import START, fleet
 from reconciler.model.observation import NodeKey
 from reconciler.spec.loader import load_texts
+from tests.waiting import wait_for
 from vastsim.faults import CREATE_ROUTE
 
 SPEC = """\

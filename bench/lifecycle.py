@@ -31,7 +31,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root holds `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.live import Live, live_cluster, wait_for
+from bench.live import Live, live_cluster
+from tests.waiting import wait_for
 
 SEED = {
     "rental -> enrolled": "26.7 s",

@@ -37,6 +37,7 @@ from reconciler.watch.headside import HeadServices, cluster_pki, head_extension
 from reconciler.watch.raysignals import RaySignals
 from reconciler.watch.runner import Service, WatchOptions, watch
 from reconciler.watch.source import SpecSource
+from tests.waiting import wait_for
 from vastsim import ProcessRunner, RealClock, Sim, Timing, serve
 
 API_KEY = "live-account-key-31c9e0"
@@ -203,18 +204,6 @@ class Live:
 
         path = self.state_dir / "ledger.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def wait_for(what: Callable[[], Any], timeout: float, *, every: float = 0.1) -> Any:
-    """`what()` once it is truthy, or an AssertionError at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s")
-        time.sleep(every)
 
 
 def leftover_processes(marker: str) -> list[int]:

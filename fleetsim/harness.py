@@ -31,6 +31,7 @@ import contextlib
 import os
 import random
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,9 @@ class SimClock:
 
     def sleep(self, seconds: float) -> None:
         self.sim.advance(max(0.0, seconds))
+
+    def wait(self, stop: threading.Event, seconds: float) -> None:
+        self.sleep(seconds)
 
 
 @dataclass

@@ -11,6 +11,9 @@ import threading
 import time
 from typing import Protocol
 
+# The shortest real wait of `SystemClock.wait`, in seconds.
+WAIT_FLOOR = 0.05
+
 
 class Clock(Protocol):
     """What the code below the CLI may ask of time."""
@@ -23,6 +26,11 @@ class Clock(Protocol):
         """Wait; a fake clock advances instead."""
         ...
 
+    def wait(self, stop: threading.Event, seconds: float) -> None:
+        """Wait `seconds`, or less if `stop` is set meanwhile (a signal wakes the watch loop at
+        once); a fake clock advances instead, since nothing can set `stop` while it does."""
+        ...
+
 
 class SystemClock:
     """The real clock, used only by the CLI when it builds its dependencies."""
@@ -33,6 +41,10 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+    def wait(self, stop: threading.Event, seconds: float) -> None:
+        # Never less than WAIT_FLOOR: a loop with nothing due yet does not spin.
+        stop.wait(max(seconds, WAIT_FLOOR))
 
 
 class FakeClock:
@@ -48,6 +60,9 @@ class FakeClock:
 
     def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
+
+    def wait(self, stop: threading.Event, seconds: float) -> None:
+        self.sleep(seconds)
 
     def advance(self, seconds: float) -> None:
         with self._lock:

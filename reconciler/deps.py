@@ -3,6 +3,11 @@
 Everything that touches the outside world (the clock, the environment, the state directory, the
 vast client, the output streams, the terminal) is gathered here, so tests can hand a command a
 fake clock, a served vastsim and a temporary state directory and nothing else changes.
+
+`Deps` is built once, whole (a frozen dataclass): how it makes its state store and its vast
+clients are constructor arguments like the rest, the real ones by default, so a test or a
+benchmark passes its own instead of patching this module; and `stop_requested` is the command's
+`Interrupts`, handed in at construction (`cli/context.deps`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from reconciler.applying.journal import Journal, records_of
 from reconciler.applying.provider import Provider
@@ -35,6 +40,28 @@ DEFAULT_STATE_DIR = ".ray-vast"
 ProviderFactory = Callable[[str | None], Provider]
 
 
+class StoreFactory(Protocol):
+    """Makes the state store of a state directory (`FileStore`, or a test's)."""
+
+    def __call__(
+        self, state_dir: Path, *, clock: Clock, secrets: tuple[str, ...]
+    ) -> StateStore: ...
+
+
+class ClientFactory(Protocol):
+    """Opens a vast client for a spec's provider URL (`vast_client`, or a test's)."""
+
+    def __call__(
+        self, *, env: Mapping[str, str], spec_url: str | None, clock: Clock
+    ) -> Provider: ...
+
+
+def vast_client(*, env: Mapping[str, str], spec_url: str | None, clock: Clock) -> Provider:
+    """The real vast client, paced unless RAY_VAST_PACING is `off`."""
+    settings = ClientSettings(pacing=env.get(PACING_VARIABLE, "on") != "off")
+    return client_from_settings(env=env, spec_url=spec_url, clock=clock, settings=settings)
+
+
 def state_dir_from(option: Path | None, env: Mapping[str, str], cwd: Path) -> Path:
     """`--state-dir`, else RAY_VAST_STATE_DIR, else `.ray-vast/` in the working directory."""
     if option is not None:
@@ -44,7 +71,12 @@ def state_dir_from(option: Path | None, env: Mapping[str, str], cwd: Path) -> Pa
     return cwd / DEFAULT_STATE_DIR
 
 
-@dataclass
+def never() -> bool:
+    """A stop that is never requested: the commands that do not install `Interrupts`."""
+    return False
+
+
+@dataclass(frozen=True)
 class Deps:
     clock: Clock
     env: Mapping[str, str]
@@ -53,9 +85,14 @@ class Deps:
     err: TextIO
     interactive: bool
     ask: Callable[[str], str]
+    # One provider for every URL, not closed by `close` (a test's fake, a benchmark's client);
+    # None: `client_factory` opens one per call.
     provider_factory: ProviderFactory | None = None
     lock_timeout: float = 0.0
-    stop_requested: Callable[[], bool] = field(default=lambda: False)
+    # Whether a first SIGINT/SIGTERM asked the command to stop (the CLI's `Interrupts.requested`).
+    stop_requested: Callable[[], bool] = never
+    store_factory: StoreFactory = FileStore
+    client_factory: ClientFactory = vast_client
     # The vast clients this command opened (their connection pools), closed by `close`.
     opened: list[Provider] = field(default_factory=list)
 
@@ -64,16 +101,13 @@ class Deps:
         return (key,) if key else ()
 
     def store(self) -> StateStore:
-        return FileStore(self.state_dir, clock=self.clock, secrets=self.secrets())
+        return self.store_factory(self.state_dir, clock=self.clock, secrets=self.secrets())
 
     def provider(self, specs: list[ClusterSpec] | None = None) -> Provider:
         url = _one_url(specs or [])
         if self.provider_factory is not None:
             return self.provider_factory(url)
-        settings = ClientSettings(pacing=self.env.get(PACING_VARIABLE, "on") != "off")
-        client = client_from_settings(
-            env=self.env, spec_url=url, clock=self.clock, settings=settings
-        )
+        client = self.client_factory(env=self.env, spec_url=url, clock=self.clock)
         self.opened.append(client)
         return client
 

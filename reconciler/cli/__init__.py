@@ -10,7 +10,8 @@ command:
 - `inspect`: status, ledger, cost and `state list`/`show`/`force-unlock` (what only reads);
 - `holds`: pin and unpin;
 - `simulate`: simulate;
-- `options`: the options several commands share; `context`: what every command runs with.
+- `options`: the options several commands share; `context`: what every command runs with;
+  `interrupts`: SIGINT and SIGTERM in the long commands (apply, down, up, watch).
 
 This module makes the typer apps and registers the commands, in the order `--help` lists them.
 

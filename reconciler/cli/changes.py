@@ -16,6 +16,7 @@ import typer
 from reconciler import operations, planfile
 from reconciler import up as up_mod
 from reconciler.cli import context
+from reconciler.cli.interrupts import Interrupts
 from reconciler.cli.options import (
     AutoApprove,
     JsonFlag,
@@ -26,7 +27,6 @@ from reconciler.cli.options import (
 )
 from reconciler.spec.loader import load
 from reconciler.views import diagnostics as diag_view
-from reconciler.watch.interrupts import Interrupts
 
 
 @context.command(
@@ -115,9 +115,8 @@ def apply(
     lock_timeout: LockTimeout = 0.0,
 ) -> None:
     """Carry out a plan: rent, stop and destroy at vast, saving state after every call."""
-    deps = context.deps(state_dir, lock_timeout)
     interrupts = Interrupts(err=sys.stderr)
-    deps.stop_requested = interrupts.requested
+    deps = context.deps(state_dir, lock_timeout, stop_requested=interrupts.requested)
     with context.reported(deps), interrupts.installed():
         if planfile.looks_like_plan(target):
             saved = _saved_plan(target)
@@ -170,9 +169,10 @@ def down(
     confirmation, under the state lock: a declined `down` ends nothing.
     """
     specs = context.specs(spec_dir) if spec_dir else []
-    deps = up_mod.with_embedded(context.deps(state_dir, lock_timeout))
     interrupts = Interrupts(err=sys.stderr)
-    deps.stop_requested = interrupts.requested
+    deps = up_mod.with_embedded(
+        context.deps(state_dir, lock_timeout, stop_requested=interrupts.requested)
+    )
     with context.reported(deps), interrupts.installed():
         head = up_mod.ray_head_stop(deps, cluster)
         code = operations.down(deps, cluster, specs, auto_approve=auto_approve, head=head)

@@ -24,7 +24,7 @@ import typer
 from reconciler import __version__
 from reconciler import up as up_mod
 from reconciler.clock import SystemClock
-from reconciler.deps import Deps, state_dir_from
+from reconciler.deps import Deps, never, state_dir_from
 from reconciler.errors import RayVastError
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
@@ -64,9 +64,15 @@ def root(
     """Rent vast.ai machines as Ray workers, declaratively, and keep the bill safe."""
 
 
-def deps(state_dir: Path | None, lock_timeout: float = 0.0) -> Deps:
+def deps(
+    state_dir: Path | None,
+    lock_timeout: float = 0.0,
+    *,
+    stop_requested: Callable[[], bool] = never,
+) -> Deps:
     """The dependencies of a command; with the embedded simulator's address when `up` runs one
-    for this state directory (and VAST_URL does not say otherwise)."""
+    for this state directory (and VAST_URL does not say otherwise). `stop_requested`: the
+    command's `Interrupts` (a long command), else nothing ever asks it to stop."""
     env = dict(os.environ)
     built = Deps(
         clock=SystemClock(),
@@ -77,6 +83,7 @@ def deps(state_dir: Path | None, lock_timeout: float = 0.0) -> Deps:
         interactive=sys.stdin.isatty(),
         ask=input,
         lock_timeout=lock_timeout,
+        stop_requested=stop_requested,
     )
     return built if "VAST_URL" in env else up_mod.with_embedded(built)
 

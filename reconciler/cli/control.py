@@ -7,6 +7,7 @@ at once), configure the log, and hand the loop to `reconciler.up` or `reconciler
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +15,7 @@ import typer
 
 from reconciler import up as up_mod
 from reconciler.cli import context
+from reconciler.cli.interrupts import Interrupts
 from reconciler.cli.options import (
     TICK_FIRST_SIGNAL,
     AutoApprove,
@@ -25,7 +27,6 @@ from reconciler.spec.loader import load
 from reconciler.watch import logs as watch_logs
 from reconciler.watch import runner as watch_runner
 from reconciler.watch.headside import head_extension
-from reconciler.watch.interrupts import Interrupts
 from reconciler.watch.rayreaders import RayReaders
 from reconciler.watch.runner import WatchOptions
 from reconciler.watch.source import GitSync, SpecSource
@@ -56,10 +57,12 @@ def up(
 
     A spec with `provider.type: vastsim` runs on an embedded simulator: no account, no network.
     """
-    deps = context.deps(state_dir, lock_timeout)
+    # The stop event comes first: `Deps` is built with it, the log with `Deps`' secrets (the
+    # embedded simulator's key among them), and `Interrupts` with the log and the event.
+    stop = threading.Event()
+    deps = context.deps(state_dir, lock_timeout, stop_requested=stop.is_set)
     logger = watch_logs.configure(log_format, sys.stderr, deps.secrets())
-    interrupts = Interrupts(first=TICK_FIRST_SIGNAL, logger=logger)
-    deps.stop_requested = interrupts.requested
+    interrupts = Interrupts(first=TICK_FIRST_SIGNAL, logger=logger, stop=stop)
     options = up_mod.UpOptions(
         spec_dir, auto_approve=auto_approve, max_ticks=max_ticks, stop=interrupts.stop
     )
@@ -111,10 +114,10 @@ def watch(
     if log_format not in ("text", "json"):
         typer.echo("Error: --log-format is text or json", err=True)
         raise typer.Exit(1)
-    deps = context.deps(state_dir, lock_timeout)
+    stop = threading.Event()  # first, as in `up`
+    deps = context.deps(state_dir, lock_timeout, stop_requested=stop.is_set)
     logger = watch_logs.configure(log_format, sys.stderr, deps.secrets())
-    interrupts = Interrupts(first=TICK_FIRST_SIGNAL, logger=logger)
-    deps.stop_requested = interrupts.requested
+    interrupts = Interrupts(first=TICK_FIRST_SIGNAL, logger=logger, stop=stop)
     sync = GitSync(git, branch, spec_dir.resolve(), git_interval, deps.clock) if git else None
     with context.reported(deps), interrupts.installed():
         if sync is not None:

@@ -183,10 +183,7 @@ STOP_DRAIN_SECONDS = 30.0
 
 def _sleep(deps: Deps, stop: threading.Event, seconds: float) -> None:
     """Real waits use the stop event (a signal wakes it); a fake clock just advances."""
-    if hasattr(deps.clock, "advance"):
-        deps.clock.sleep(max(seconds, 0.0))
-    else:
-        stop.wait(max(seconds, 0.05))
+    deps.clock.wait(stop, max(seconds, 0.0))
 
 
 def _follow(

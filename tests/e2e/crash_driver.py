@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reconciler.clock import SystemClock
-from reconciler.deps import Deps
+from reconciler.clock import Clock, SystemClock
+from reconciler.deps import Deps, StoreFactory
 from reconciler.operations import apply_specs
 from reconciler.spec.loader import load
 from reconciler.state.filestore import FileStore
@@ -62,13 +62,13 @@ class CrashingProvider:
         return call
 
 
-class CrashingDeps(Deps):
-    points: Points
-
-    def store(self) -> StateStore:
-        store = CrashingStore(self.state_dir, clock=self.clock, secrets=self.secrets())
-        store.points = self.points
+def crashing_stores(points: Points) -> StoreFactory:
+    def make(state_dir: Path, *, clock: Clock, secrets: tuple[str, ...]) -> StateStore:
+        store = CrashingStore(state_dir, clock=clock, secrets=secrets)
+        store.points = points
         return store
+
+    return make
 
 
 def main() -> int:
@@ -79,7 +79,7 @@ def main() -> int:
     inner = client_from_settings(
         env=env, spec_url=None, clock=clock, settings=ClientSettings(pacing=False)
     )
-    deps = CrashingDeps(
+    deps = Deps(
         clock=clock,
         env=env,
         state_dir=state_dir,
@@ -88,8 +88,8 @@ def main() -> int:
         interactive=False,
         ask=input,
         provider_factory=lambda url: CrashingProvider(inner, points),  # type: ignore[arg-type,return-value]
+        store_factory=crashing_stores(points),
     )
-    deps.points = points
     code = apply_specs(deps, list(load(spec).clusters), auto_approve=True, allow_mass_destroy=False)
     print(f"POINTS {points.seen}", flush=True)
     return code

@@ -6,7 +6,9 @@ finds by looking at `stop` (an event: a wait on it wakes at once). A second sign
 is being honoured, warns and exits the process at once (status 128 + the signal): the call in
 flight is abandoned, and the next run finds what it did in vast's listing.
 
-The CLI installs one `Interrupts` around each long command; nothing below it installs handlers.
+The CLI installs one `Interrupts` around each long command; nothing below it installs handlers,
+which is why the class lives in `cli`: the command builds it first and hands its `requested` to
+the `Deps` it builds, and its `stop` event to the loop (`watch`, `up`).
 """
 
 from __future__ import annotations

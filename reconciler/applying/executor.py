@@ -30,11 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from reconciler import settings
 from reconciler.applying.renting import Renting
 from reconciler.applying.steps import LockHeldError, Skip, require, who
 from reconciler.model.plan import Action, ActionKind, Plan
 from reconciler.model.records import (
-    STOP_CONFIRM_SECONDS,
     InstanceRecord,
     Intent,
     Phase,
@@ -172,7 +172,9 @@ class Executor(Renting):
             with self.journal.lock:
                 now = self.now()
                 billed = stopped_from(self.records.instances[record.id], now).stopped
-                self._change(record.id, retry_at=now + STOP_CONFIRM_SECONDS, stopped=billed)
+                self._change(
+                    record.id, retry_at=now + settings.STOP_CONFIRM_SECONDS, stopped=billed
+                )
             self._log(action, LedgerKind.OUTCOME, "stop requested", outcome="ok")
         finally:
             self.inflight.release(key)

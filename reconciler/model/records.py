@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from reconciler import settings
+
 
 class Intent(StrEnum):
     RUNNING = "running"
@@ -406,13 +408,8 @@ def breaker_key(cluster: str, node_type: str) -> str:
     return f"{cluster}/{node_type}"
 
 
-# Backoff of a destroy or stop vast has not confirmed: 5 s, doubling, at most 5 minutes.
-RETRY_FIRST_SECONDS = 5.0
-RETRY_MAX_SECONDS = 300.0
-# A stop vast accepted is looked at again after this long: still running means send it again.
-STOP_CONFIRM_SECONDS = 120.0
-
-
 def retry_delay(attempts: int) -> float:
     """Seconds before call number `attempts + 1` of a destroy or stop that did not take."""
-    return float(min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** max(0, attempts - 1)))
+    return float(
+        min(settings.RETRY_MAX_SECONDS, settings.RETRY_FIRST_SECONDS * 2 ** max(0, attempts - 1))
+    )

@@ -5,8 +5,8 @@ The planner's detections, the controller's own findings (a mass destroy held bac
 fits no node type, a Ray head that cannot be read) and the head's (a forged token, junk from an
 agent) all raise alerts; they go through here so that "the same alert" means one thing and a
 repeat is held back for one window: the same cluster, class and record (and, for alerts told
-apart by their words, the same message) within `ALERT_REPEAT_SECONDS` is not raised again. The
-ledger still has every detection; the head counts the repeats it held back.
+apart by their words, the same message) within `settings.ALERT_REPEAT_SECONDS` is not raised
+again. The ledger still has every detection; the head counts the repeats it held back.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from reconciler import settings
 from reconciler.model.evolve import evolve
 from reconciler.model.records import Alert, Records
-
-# The same alert is raised at most once in this window.
-ALERT_REPEAT_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ def fresh(
     concerns: Iterable[Concern],
     now: float,
     *,
-    window: float = ALERT_REPEAT_SECONDS,
+    window: float = settings.ALERT_REPEAT_SECONDS,
 ) -> tuple[list[Alert], list[Concern]]:
     """The alerts `concerns` raise at `now` against those already raised, and the repeats held
     back (the same alert within `window`, or twice among `concerns`)."""
@@ -69,7 +67,7 @@ def fresh(
 
 
 def raised(
-    records: Records, concern: Concern, now: float, *, window: float = ALERT_REPEAT_SECONDS
+    records: Records, concern: Concern, now: float, *, window: float = settings.ALERT_REPEAT_SECONDS
 ) -> tuple[Records, Alert] | None:
     """`records` with the alert `concern` raises at `now`, and the alert; None when it repeats
     one raised within `window`."""

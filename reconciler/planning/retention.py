@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from reconciler import settings
 from reconciler.model import cost
 from reconciler.model.records import InstanceRecord, Records, RequestStatus
 
-RETENTION_SECONDS = 24 * 3600.0
 
-
-def prune(records: Records, now: float, retention: float = RETENTION_SECONDS) -> Records:
+def prune(records: Records, now: float, retention: float = settings.RETENTION_SECONDS) -> Records:
     cutoff = now - retention
     instances = {
         rid: r

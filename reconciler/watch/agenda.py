@@ -5,7 +5,7 @@ record's own deadlines bring work forward: a machine whose start deadline comes 
 now, a net whose threshold a record reaches runs now (a limit fires within seconds of it, not at
 the next cadence), and a cluster one of whose machines just ended is listed at the next tick (its
 slot may need a replacement). A listing that failed is not asked for again within
-`LISTING_RETRY_SECONDS` (vast's outage must not turn the deadlines into a request loop).
+`settings.LISTING_RETRY_SECONDS` (vast's outage must not turn the deadlines into a request loop).
 
 `due` and `next_wakeup` share one reading of the deadlines per version of the records: `watch`
 asks when each cluster next needs a listing, and when each machine net's threshold comes, twice a
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from reconciler import settings
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import deadlines
@@ -28,12 +29,6 @@ from reconciler.watch.schedule import Schedule
 
 # Jobs that run only with a complete listing: recorded as run only when the listing was had.
 LISTING_JOBS = frozenset({"reconcile", "orphan_sweep"})
-# Clusters no longer declared are pruned on this cadence (the default reconcile cadence).
-PRUNE_SECONDS = 60.0
-# A listing the deadlines ask for comes no sooner than this after one that failed.
-LISTING_RETRY_SECONDS = 10.0
-# With nothing scheduled at all, the loop looks again after this.
-IDLE_WAKEUP_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -149,7 +144,7 @@ class Agenda:
         return True
 
     def pruning_due(self, now: float) -> bool:
-        return now - self.pruned_at >= PRUNE_SECONDS
+        return now - self.pruned_at >= settings.PRUNE_SECONDS
 
     def listed(self, names: Iterable[str], now: float) -> None:
         """A complete listing of `names` was had (and the records of undeclared clusters were
@@ -179,7 +174,7 @@ class Agenda:
     def missed(self, name: str, jobs: Iterable[str], now: float) -> None:
         """Listing jobs that were due and did not run: due again soon, not at once."""
         if name in self.schedules:
-            self.schedules[name].retry(list(jobs), now, LISTING_RETRY_SECONDS)
+            self.schedules[name].retry(list(jobs), now, settings.LISTING_RETRY_SECONDS)
 
     def ran(self, name: str, jobs: list[str], now: float) -> None:
         if name in self.schedules:
@@ -189,7 +184,7 @@ class Agenda:
         return self.listed_at.get(name, float("-inf"))
 
     def _retry_at(self, name: str) -> float:
-        return self.failed_at.get(name, float("-inf")) + LISTING_RETRY_SECONDS
+        return self.failed_at.get(name, float("-inf")) + settings.LISTING_RETRY_SECONDS
 
     def _listing_due(self, name: str, now: float, records: Records, spec: ClusterSpec) -> bool:
         """A record's deadline has come (or a machine just ended): list now, not at the cadence

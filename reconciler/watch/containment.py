@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from reconciler import settings
 from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerSink
 
 log = logging.getLogger("ray_vast")
@@ -24,8 +25,8 @@ T = TypeVar("T")
 class Backoff:
     """The wait before attempt n+1 after n failures in a row: `first` doubling to `cap`."""
 
-    first: float = 5.0
-    cap: float = 300.0
+    first: float = settings.FAILURE_BACKOFF_FIRST_SECONDS
+    cap: float = settings.FAILURE_BACKOFF_MAX_SECONDS
 
     def after(self, attempts: int) -> float:
         return min(self.first * 2.0 ** (attempts - 1), self.cap)

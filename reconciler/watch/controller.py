@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from reconciler import settings
 from reconciler.applying.applier import Applier
 from reconciler.applying.executor import ApplyResult
 from reconciler.applying.journal import Journal, RecordsLock
@@ -38,7 +39,7 @@ from reconciler.nets.detection import Detection
 from reconciler.planning import alerts, guards, revocation
 from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.watch import forgetting
-from reconciler.watch.agenda import IDLE_WAKEUP_SECONDS, LISTING_JOBS, Agenda
+from reconciler.watch.agenda import LISTING_JOBS, Agenda
 from reconciler.watch.alerting import raise_alert, say_alerts
 from reconciler.watch.containment import FAILURE_BACKOFF, Containment
 from reconciler.watch.netting import Netting
@@ -331,7 +332,7 @@ class Controller:
                     mine = [FAILURE_BACKOFF.first]  # the tick says why
                 waits += [self.containment.wait(name, w, now) for w in mine]
             waits += self.agenda.demand_wait(now)
-            return min(waits) if waits else IDLE_WAKEUP_SECONDS
+            return min(waits) if waits else settings.IDLE_WAKEUP_SECONDS
 
 
 def _at(change: Callable[[Records, float], Records], now: float) -> Callable[[Records], Records]:

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from reconciler import settings
 from reconciler.applying.applier import Applier
 from reconciler.applying.executor import ApplyResult
 from reconciler.applying.journal import Journal
@@ -37,9 +38,6 @@ from reconciler.watch.containment import Containment
 from reconciler.watch.signals import Signals
 
 log = logging.getLogger("ray_vast")
-
-# How long Ray has to drain an idle node before the money chain's end goes ahead anyway.
-IDLE_DRAIN_DEADLINE_SECONDS = 60.0
 
 
 @dataclass
@@ -254,7 +252,7 @@ class Netting:
         ]
         if not idle_ends:
             return list(actions)
-        deadline = self.clock.now() + IDLE_DRAIN_DEADLINE_SECONDS
+        deadline = self.clock.now() + settings.IDLE_DRAIN_DEADLINE_SECONDS
         answer: Mapping[str, bool] | None = self.containment.shared(
             "ray_drain",
             lambda: self.signals().drain_idle(records, idle_ends, deadline),

@@ -3,6 +3,7 @@ never closed, and their connection pools lived until the process did)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 
 from reconciler import deps as deps_mod
 from reconciler.cli import app
+from reconciler.clock import FakeClock
 from reconciler.model.observed import Instance
 from tests.served import LOCAL_SIM
 
@@ -48,3 +50,22 @@ def test_a_command_closes_the_clients_it_opened(
     assert result.exit_code in (0, 2), result.output
     assert Client.opened, "the command opened no client"
     assert all(c.closed for c in Client.opened)
+
+
+def test_a_client_factory_passed_in_is_used_and_its_clients_closed(tmp_path: Path) -> None:
+    """A test hands `Deps` its own vast client factory (no patching), and `close` closes what it
+    opened, as for the real one."""
+    deps = deps_mod.Deps(
+        clock=FakeClock(0.0),
+        env={},
+        state_dir=tmp_path / "s",
+        out=io.StringIO(),
+        err=io.StringIO(),
+        interactive=False,
+        ask=input,
+        client_factory=Client,  # type: ignore[arg-type]
+    )
+    Client.opened = []
+    deps.provider([])
+    deps.close()
+    assert [c.closed for c in Client.opened] == [True]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler import settings
 from reconciler.applying.applier import Applier
 from reconciler.applying.books import HostBooks
 from reconciler.clock import FakeClock
@@ -26,7 +27,6 @@ from reconciler.head.decisions import Decision, Note
 from reconciler.head.pki import ClusterPki, pki_dir
 from reconciler.head.shared import SharedRecords
 from reconciler.model.records import Alert, InstanceRecord, Intent, Phase, Records, Role
-from reconciler.planning import alerts
 from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.watch import logs as watch_logs
 
@@ -187,9 +187,9 @@ def test_the_same_junk_message_within_the_window_is_counted_not_added_again(head
     assert head.app.unproven.totals() == {("in-process", "bad_agent_message"): 4}
     assert head.app.alert_repeats() == {("hc", "bad_agent_message"): 1}
     # after the window, the same junk alerts again
-    head.clock.advance(alerts.ALERT_REPEAT_SECONDS)
+    head.clock.advance(settings.ALERT_REPEAT_SECONDS)
     assert head.app.enroll(b"{}").status == 400
-    assert [a.at for a in head.alerts()] == [NOW, NOW + 61 + alerts.ALERT_REPEAT_SECONDS]
+    assert [a.at for a in head.alerts()] == [NOW, NOW + 61 + settings.ALERT_REPEAT_SECONDS]
 
 
 def test_alerts_of_other_records_or_classes_are_not_taken_for_repeats(head: Head):

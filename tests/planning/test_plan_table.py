@@ -20,7 +20,8 @@ from reconciler.model.records import (
     Role,
 )
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning.retention import RETENTION_SECONDS, prune
+from reconciler.planning.retention import prune
+from reconciler.settings import RETENTION_SECONDS
 from tests.planning.builders import (
     LINEAGE,
     NOW,

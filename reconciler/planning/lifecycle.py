@@ -252,22 +252,11 @@ def _resume(draft: Draft, spec: ClusterSpec, record: InstanceRecord, extra: floa
         call_attempts=0,
         retry_at=None,
     )
-    draft.add(
-        Action(
-            ActionKind.START,
-            spec.name,
-            "resume",
-            "demand returned before the destroy timer: started again with its disk "
-            "(no new rental, no pull)",
-            node_type=record.node_type,
-            record=record.id,
-            vast_id=record.vast_id,
-            request=record.request_id,
-            label=record.label,
-            host_id=record.host_id,
-            dph_delta=extra,
-        )
+    why = (
+        "demand returned before the destroy timer: started again with its disk "
+        "(no new rental, no pull)"
     )
+    draft.add(Action.on(ActionKind.START, record, "resume", why, extra))
 
 
 def end_stuck_starts(draft: Draft, spec: ClusterSpec, listing: Mapping[int, Instance]) -> None:

@@ -39,7 +39,7 @@ runs the real one and prints the same counts).
 
 A tick's requests are everything vast received from the start of one controller tick to the start
 of the next: the tick itself, then whatever the heads and the agents did until the controller
-woke again (at `Controller.next_wakeup`, as `Controller.run` waits). The agents call vast only to
+woke again (at `Controller.next_wakeup`, as the runner waits). The agents call vast only to
 destroy themselves, so on a healthy fleet that part is empty; if it were not, it would show.
 """
 
@@ -167,7 +167,7 @@ class Tick:
 
 def tick(f: Fleet) -> Tick:
     """One controller tick, as `Fleet.tick` runs it but keeping the controller's report; then
-    the clock moves to the controller's next wakeup (as `Controller.run` waits), the agents
+    the clock moves to the controller's next wakeup (as the runner waits), the agents
     acting at their own moments on the way. Requests are counted on both sides: vastsim's log
     (everyone's) and the controller's client (its own)."""
     logged = len(f.sim.requests)

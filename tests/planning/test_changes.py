@@ -2,7 +2,7 @@
 
 `Changes.between(a, b).apply(a) == b` for any two versions of the records the planner makes; laid
 on records that moved on meanwhile, the entries the plan did not touch keep what moved them (the
-old `Plan.records`, saved whole, wrote a heartbeat's sample back to what it was at plan time).
+old `Plan.records`, saved whole, dropped what another thread saved in between, such as an alert).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and when to wake (`agenda`, on `schedule`), containment of a cluster's failure (
 one `Backoff`), the nets phase (`netting`), Ray's side (`rayside`: demand, unread heads, pins;
 `signals` is its contract, `rayreaders`/`raysignals`/`raydemand` read Ray's GCS), raising an
 alert (`alerting`), forgetting old records (`forgetting`), the runner that sleeps, reloads and
-serves (`runner`, `source`, `served`, `headside`, `interrupts`), and its logs and metrics.
+serves (`runner`, `source`, `served`, `headside`), and its logs and metrics.
 
 May import every lower layer (`applying`, `planning`, `nets`, `model`, `state`, `head`, `spec`,
 `views`, `deps`, `clock`); never `cli` or `operations`. Decisions stay in `planning`: the

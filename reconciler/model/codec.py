@@ -18,10 +18,17 @@ from typing import Any, TypeVar, get_args, get_origin
 T = TypeVar("T")
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def encode(value: Any) -> Any:
     """Plain JSON data for a model value; mapping keys become strings."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    kind: Any = type(value)
+    if kind in _LEAVES:  # most of a state: decided by one set lookup, before any ABC check
+        return value
+    names = _field_names(kind)
+    if names is not None:
+        return {name: encode(getattr(value, name)) for name in names}
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, Mapping):
@@ -29,6 +36,14 @@ def encode(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return [encode(v) for v in value]
     return value
+
+
+@functools.cache
+def _field_names(kind: Any) -> tuple[str, ...] | None:
+    """A dataclass's field names, once per class (None for anything else)."""
+    if not dataclasses.is_dataclass(kind):
+        return None
+    return tuple(f.name for f in dataclasses.fields(kind))
 
 
 def decode(cls: type[T], data: Any) -> T:

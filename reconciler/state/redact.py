@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 MASK = "***"
 
 T = TypeVar("T")
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def normalise_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
@@ -29,6 +30,17 @@ def _scrub(text: str, secrets: tuple[str, ...]) -> str:
 
 
 def _walk(value: Any, secrets: tuple[str, ...]) -> Any:
+    # the exact types first: the state is millions of these, and an ABC check costs ten times
+    # a type comparison (a third of the fast lane's time was spent walking saved states)
+    kind = type(value)
+    if kind is str:
+        return _scrub(value, secrets)
+    if kind is dict:
+        return {_walk(k, secrets): _walk(v, secrets) for k, v in value.items()}
+    if kind is list:
+        return [_walk(v, secrets) for v in value]
+    if kind in _SCALARS:
+        return value
     if isinstance(value, str):
         return _scrub(value, secrets)
     if isinstance(value, Mapping):

@@ -147,15 +147,7 @@ def auto_stop(
         ask = stopping.ask_at(record, interval)
         if ask is None or ask > now:
             continue
-        if record.lost:
-            result.refusals.append((record.id, LOST))
-            continue
-        why = refusal(record, lineage=lineage, now=now, gate=Gate())
-        if why is None and at_minimum(record, _staying(workers, result), specs):
-            result.refusals.append((record.id, "at-min-workers"))
-            continue
-        if why is not None:
-            result.refusals.append((record.id, why.value))
+        if _refused(record, workers, specs, result, running=True, lineage=lineage, now=now):
             continue
         result.detections.append(
             Detection(record.id, STOP, "quiet past the stop timer", record.vast_id)
@@ -209,20 +201,40 @@ def auto_destroy(
         idle = record.stop_due_at is not None
         if not (stopped or idle):
             continue
-        if record.lost and not stopped:
-            result.refusals.append((record.id, LOST))
-            continue
-        why = refusal(record, lineage=lineage, now=now, gate=Gate())
-        if why is None and not stopped and at_minimum(record, _staying(workers, result), specs):
-            result.refusals.append((record.id, "at-min-workers"))
-            continue
-        if why is not None:
-            result.refusals.append((record.id, why.value))
+        running = not stopped
+        if _refused(record, workers, specs, result, running=running, lineage=lineage, now=now):
             continue
         result.detections.append(
             Detection(record.id, DESTROY, "quiet past the destroy timer", record.vast_id)
         )
     return result
+
+
+def _refused(
+    record: InstanceRecord,
+    workers: list[InstanceRecord],
+    specs: Specs,
+    result: NetResult,
+    *,
+    running: bool,
+    lineage: str,
+    now: float,
+) -> bool:
+    """The money chain's gates, in order, for both of its acting nets: a lost running worker is
+    never ended by it; then the reaper's gates; then a running worker at min_workers stays. The
+    refusal is noted for the log."""
+    if record.lost and running:
+        gate = LOST
+    else:
+        why = refusal(record, lineage=lineage, now=now, gate=Gate())
+        if why is not None:
+            gate = why.value
+        elif running and at_minimum(record, _staying(workers, result), specs):
+            gate = "at-min-workers"
+        else:
+            return False
+    result.refusals.append((record.id, gate))
+    return True
 
 
 def _staying(workers: list[InstanceRecord], result: NetResult) -> list[InstanceRecord]:

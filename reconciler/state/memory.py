@@ -76,7 +76,7 @@ class MemoryStore:
         if snapshot is None:
             assert current is not None
             return current
-        data = encode(snapshot)
+        data = encode(snapshot, indent=None)
         self.backend.backup, self.backend.state = self.backend.state, data
         return decode(data, MEMORY_PATH)
 

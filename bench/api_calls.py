@@ -67,6 +67,7 @@ from reconciler.model.records import Intent, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import deadlines
 from reconciler.spec.loader import load_texts
+from reconciler.spec.text import spec_yaml
 from reconciler.watch.controller import TickReport
 from vastsim import Market, Timing
 from vastsim.generate import generate_machines
@@ -102,23 +103,22 @@ def market(instances: int, seed: int = SEED) -> Market:
 
 
 def cluster_spec(instances: int) -> ClusterSpec:
-    text = f"""\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {{name: {CLUSTER}}}
-spec:
-  max_dollars_per_hour: {instances * 5}
-  node_types:
-    gpu:
-      min_workers: {instances}
-      max_workers: {instances}
-      candidate_factor: 1
-      offer:
-        filters: {{num_gpus: {{eq: 1}}}}
-        min_reliability: 0.9
-      image: rayproject/ray:2.60.0-py311-cpu
-      disk_gb: 20
-"""
+    text = spec_yaml(
+        CLUSTER,
+        f"""\
+max_dollars_per_hour: {instances * 5}
+node_types:
+  gpu:
+    min_workers: {instances}
+    max_workers: {instances}
+    candidate_factor: 1
+    offer:
+      filters: {{num_gpus: {{eq: 1}}}}
+      min_reliability: 0.9
+    image: rayproject/ray:2.60.0-py311-cpu
+    disk_gb: 20
+""",
+    )
     loaded = load_texts([(f"{CLUSTER}.yaml", text)])
     if not loaded.ok:
         raise SystemExit("\n".join(d.summary for d in loaded.diagnostics))

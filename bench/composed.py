@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from fleetsim.agents import ContainerFault, Image
 from fleetsim.harness import START, fleet
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
+from reconciler.spec.text import spec_yaml
 
 H = 3600.0
 M = 60.0
@@ -44,23 +44,20 @@ IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 
 
 def spec(name: str, *, min_workers: int = 0, max_workers: int = 4, factor: int = 2) -> ClusterSpec:
-    text = textwrap.dedent(
+    text = spec_yaml(
+        name,
         f"""\
-        apiVersion: ray-vast/v1
-        kind: Cluster
-        metadata: {{name: {name}}}
-        spec:
-          max_dollars_per_hour: 10
-          node_types:
-            gpu:
-              min_workers: {min_workers}
-              max_workers: {max_workers}
-              candidate_factor: {factor}
-              image: {IMAGE}
-              disk_gb: 10
-              offer:
-                filters: {{num_gpus: {{eq: 1}}}}
-        """
+        max_dollars_per_hour: 10
+        node_types:
+          gpu:
+            min_workers: {min_workers}
+            max_workers: {max_workers}
+            candidate_factor: {factor}
+            image: {IMAGE}
+            disk_gb: 10
+            offer:
+              filters: {{num_gpus: {{eq: 1}}}}
+        """,
     )
     return load_texts([(f"{name}.yaml", text)]).clusters[0]
 

@@ -37,26 +37,26 @@ from bench.live import free_port
 from fleetsim.harness import START, fleet
 from reconciler.model.observation import NodeKey
 from reconciler.spec.loader import load_texts
+from reconciler.spec.text import spec_yaml
 from tests.waiting import wait_for
 from vastsim.faults import CREATE_ROUTE
 
-SPEC = """\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {name: d}
-spec:
-  max_dollars_per_hour: 5
-  node_types:
-    gpu:
-      min_workers: 0
-      max_workers: 4
-      candidate_factor: 1
-      resources: {CPU: 2}
-      image: rayproject/ray:2.60.0-py311-cu124
-      disk_gb: 10
-      offer:
-        filters: {num_gpus: {eq: 1}}
-"""
+SPEC = spec_yaml(
+    "d",
+    """\
+max_dollars_per_hour: 5
+node_types:
+  gpu:
+    min_workers: 0
+    max_workers: 4
+    candidate_factor: 1
+    resources: {CPU: 2}
+    image: rayproject/ray:2.60.0-py311-cu124
+    disk_gb: 10
+    offer:
+      filters: {num_gpus: {eq: 1}}
+""",
+)
 
 
 def first_create_after(seed: int, *, check: float | None) -> float:

@@ -91,6 +91,7 @@ from fleetsim.scenario import rng
 from fleetsim.simulate import Result, simulate
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
+from reconciler.spec.text import spec_yaml
 from vastsim import Market
 from vastsim.generate import generate_machines
 from vastsim.market import STANDARD_IMAGES
@@ -167,11 +168,9 @@ def spec_for(config: Config, policy: Policy) -> ClusterSpec:
     """The cluster, with the policy's overrides (spec defaults everywhere else)."""
     watchdogs = "".join(f"\n    {k}: {v}" for k, v in sorted(policy.watchdogs.items()))
     node_extra = "".join(f"\n      {k}: {v}" for k, v in sorted(policy.node_type.items()))
-    text = f"""\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {{name: {CLUSTER}}}
-spec:
+    text = spec_yaml(
+        CLUSTER,
+        f"""\
   max_dollars_per_hour: {config.demand[1] * 2}
   node_types:
     {NODE_TYPE}:
@@ -184,7 +183,8 @@ spec:
         filters: {{num_gpus: {{eq: 1}}, gpu_name: {{eq: RTX 4090}}}}
         min_reliability: 0.9{node_extra}
   watchdogs:{watchdogs or " {}"}
-"""
+""",
+    )
     loaded = load_texts([(f"{CLUSTER}.yaml", text)])
     if not loaded.ok:
         raise SystemExit("\n".join(d.summary for d in loaded.diagnostics))

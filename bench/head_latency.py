@@ -46,12 +46,13 @@ from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest, OfferSearch
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
 from reconciler.model.spec import ClusterSpec
+from reconciler.spec.text import spec_yaml
 from reconciler.vast import config as vast_config
 from reconciler.vast.client import VastClient
 from reconciler.vast.factory import client_from_settings
 from reconciler.watch.controller import Controller, TickReport
 from tests.head.harness import market
-from tests.specs import load_spec, spec_yaml
+from tests.specs import load_spec
 from vastsim import RealClock, Server, Sim, Timing, serve
 
 KEY = "latency-bench-key-3a9e"

@@ -32,6 +32,7 @@ from reconciler.embedded import rayhead
 from reconciler.head.service import HeadService
 from reconciler.model.records import Records
 from reconciler.spec.loader import load
+from reconciler.spec.text import spec_yaml
 from reconciler.watch.controller import Controller
 from reconciler.watch.headside import HeadServices, cluster_pki, head_extension
 from reconciler.watch.raysignals import RaySignals
@@ -51,11 +52,8 @@ RAY_TEST_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 
+# The fields under `spec:` (reconciler.spec.text.spec_yaml writes the header).
 SPEC = """\
-apiVersion: ray-vast/v1
-kind: Cluster
-metadata: {{name: {name}}}
-spec:
   provider: {{type: vastsim}}
   head:
     address: 127.0.0.1
@@ -110,20 +108,22 @@ def spec_text(
     `cpus`: the node type declares that many CPUs (so Ray's demand packs onto it)."""
     idle_stop, idle_destroy = money_chain or (600, 1800)
     resources = f"\n      resources: {{CPU: {cpus}}}" if cpus is not None else ""
-    return SPEC.format(
-        name=name,
-        ray_port=free_port(),
-        enroll_port=free_port(),
-        heartbeat_port=free_port(),
-        metrics_port=free_port(),
-        min_workers=min_workers,
-        factor=factor,
-        gives_up=gives_up,
-        silent=silent,
-        idle_stop=idle_stop,
-        idle_destroy=idle_destroy,
-        idle_cadence=1 if money_chain else 600,
-        resources=resources,
+    return spec_yaml(
+        name,
+        SPEC.format(
+            ray_port=free_port(),
+            enroll_port=free_port(),
+            heartbeat_port=free_port(),
+            metrics_port=free_port(),
+            min_workers=min_workers,
+            factor=factor,
+            gives_up=gives_up,
+            silent=silent,
+            idle_stop=idle_stop,
+            idle_destroy=idle_destroy,
+            idle_cadence=1 if money_chain else 600,
+            resources=resources,
+        ),
     )
 
 

@@ -55,6 +55,7 @@ from reconciler.model.records import (
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning.plan import plan
 from reconciler.spec.loader import load_texts
+from reconciler.spec.text import spec_yaml
 
 LINEAGE = "5eed0000-1111-2222-3333-444455556666"
 OTHER_LINEAGE = "0ther000-aaaa-bbbb-cccc-ddddeeeeffff"
@@ -114,10 +115,6 @@ class _Builder:
 def cluster_yaml(name: str, node_types: Sequence[tuple[str, int, int]]) -> str:
     """One cluster spec as a user writes it: `(node type, min_workers, max_workers)` each."""
     lines = [
-        "apiVersion: ray-vast/v1",
-        "kind: Cluster",
-        f"metadata: {{name: {name}}}",
-        "spec:",
         "  max_dollars_per_hour: 5000",
         "  node_types:",
     ]
@@ -136,7 +133,7 @@ def cluster_yaml(name: str, node_types: Sequence[tuple[str, int, int]]) -> str:
             "      image: rayproject/ray:2.60.0-py311-cu124",
             "      disk_gb: 40",
         ]
-    return "\n".join(lines) + "\n"
+    return spec_yaml(name, "\n".join(lines) + "\n")
 
 
 def _split(total: int, parts: int) -> list[int]:

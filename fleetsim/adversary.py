@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from fleetsim.agents import ContainerFault, Image, Span
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
+from reconciler.spec.text import spec_yaml
 
 H = 3600.0
 M = 60.0
@@ -253,12 +254,9 @@ def _vast_faults(rng: random.Random, horizon: float) -> list[Event]:
 
 def spec_text(c: ClusterDraw, images: Mapping[str, str], envs: Mapping[str, str]) -> str:
     """One cluster's spec file with each node type's current image and env."""
-    text = textwrap.dedent(
-        f"""\
-        apiVersion: ray-vast/v1
-        kind: Cluster
-        metadata: {{name: {c.name}}}
-        spec:
+    text = textwrap.indent(
+        textwrap.dedent(
+            f"""\
           max_dollars_per_hour: {c.cap}
           breaker: {{slots: {c.breaker_slots}, pause_seconds: {c.pause_seconds}}}
           watchdogs:
@@ -266,6 +264,8 @@ def spec_text(c: ClusterDraw, images: Mapping[str, str], envs: Mapping[str, str]
             idle_destroy_after_seconds: {c.idle_destroy}
           node_types:
         """
+        ),
+        "  ",
     )
     for n in c.nodes:
         text += (
@@ -279,7 +279,7 @@ def spec_text(c: ClusterDraw, images: Mapping[str, str], envs: Mapping[str, str]
         )
         if n.name in envs:
             text += f"      env: {{ADVERSARY_EDIT: '{envs[n.name]}'}}\n"
-    return text
+    return spec_yaml(c.name, text)
 
 
 def specs_of(

@@ -34,6 +34,7 @@ from reconciler.model.observed import CreateRequest
 from reconciler.model.spec import Watchdogs
 from reconciler.planning.offers import unfit_reason
 from reconciler.spec.loader import load_texts
+from reconciler.spec.text import spec_yaml
 from vastsim.instances import Instance
 
 H = 3600.0
@@ -70,10 +71,10 @@ def rng(config: Config, *parts: object) -> random.Random:
 def default_windows() -> tuple[Watchdogs, int]:
     """The default spec's thresholds (the floor's windows, whatever the user's): the watchdogs,
     and a node type's pull limit."""
-    text = (
-        "apiVersion: ray-vast/v1\nkind: Cluster\nmetadata: {name: defaults}\nspec:\n"
-        "  max_dollars_per_hour: 1\n  node_types:\n    n:\n      max_workers: 1\n"
-        "      image: img\n      offer: {filters: {num_gpus: {eq: 1}}}\n"
+    text = spec_yaml(
+        "defaults",
+        "max_dollars_per_hour: 1\nnode_types:\n  n:\n    max_workers: 1\n"
+        "    image: img\n    offer: {filters: {num_gpus: {eq: 1}}}\n",
     )
     spec = load_texts([("defaults.yaml", text)]).clusters[0]
     return spec.watchdogs, spec.node_types["n"].pull_limit_seconds

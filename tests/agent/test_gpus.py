@@ -25,7 +25,8 @@ from agent.events import EnrollAnswered, Started
 from agent.state import Timings, initial
 from reconciler.head import answers, messages
 from reconciler.model.spec import ClusterSpec
-from tests.specs import load_spec, spec_yaml
+from reconciler.spec.text import spec_yaml
+from tests.specs import load_spec
 from tests.waiting import wait_for
 
 from ..head.harness import CLUSTER, IMAGE, WATCHDOGS, HeadWorld, head_world

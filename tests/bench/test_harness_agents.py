@@ -20,7 +20,8 @@ from fleetsim.agents import ContainerFault, Image, Span
 from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import Intent, Role
 from reconciler.model.spec import ClusterSpec
-from tests.specs import load_spec, spec_yaml
+from reconciler.spec.text import spec_yaml
+from tests.specs import load_spec
 
 SPEC = """\
 max_dollars_per_hour: 5

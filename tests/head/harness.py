@@ -33,11 +33,12 @@ from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest, OfferSearch
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role, Slot
 from reconciler.model.spec import ClusterSpec
+from reconciler.spec.text import spec_yaml
 from reconciler.state.ledger import LedgerEntry, LedgerWriter, read_ledger
 from reconciler.vast import config as vast_config
 from reconciler.vast.client import VastClient
 from reconciler.vast.factory import client_from_settings
-from tests.specs import load_spec, spec_yaml
+from tests.specs import load_spec
 from vastsim import Market, NoContainers, RealClock, Runner, Server, Sim, Timing, serve
 
 KEY = "acct-key-7c1e9f0d2b44a9"

@@ -11,7 +11,8 @@ from reconciler.model.labels import label_for
 from reconciler.model.observed import Instance, Offer
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role, Slot
 from reconciler.model.spec import ClusterSpec
-from tests.specs import load_spec, spec_yaml
+from reconciler.spec.text import spec_yaml
+from tests.specs import load_spec
 
 LINEAGE = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 OTHER_LINEAGE = "99999999-aaaa-bbbb-cccc-dddddddddddd"

@@ -61,7 +61,8 @@ from reconciler.model.demand import (
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import raypacking
 from reconciler.planning.raypacking import TESTED_RAY_VERSION, pack
-from tests.specs import load_spec, spec_yaml
+from reconciler.spec.text import spec_yaml
+from tests.specs import load_spec
 
 GB = 10**9
 

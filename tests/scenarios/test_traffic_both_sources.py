@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from fleetsim.harness import START, fleet
 from reconciler.model.records import Records, Role
+from reconciler.spec.text import spec_yaml
 from tests.scenarios.world import (
     IMAGE,
     H,
@@ -30,7 +31,7 @@ from tests.scenarios.world import (
     run,
     workers,
 )
-from tests.specs import load_spec, spec_yaml
+from tests.specs import load_spec
 
 NAME = "both"
 

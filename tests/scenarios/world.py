@@ -22,9 +22,10 @@ from reconciler.model.observation import NodeKey
 from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
+from reconciler.spec.text import spec_yaml
 from reconciler.watch.rayreaders import RayReaders
 from reconciler.watch.signals import AgentSignals
-from tests.specs import load_spec, spec_yaml
+from tests.specs import load_spec
 
 H = 3600.0
 M = 60.0

@@ -23,9 +23,10 @@ from reconciler.model.records import (
     Slot,
     breaker_key,
 )
+from reconciler.spec.text import spec_yaml
 from reconciler.watch.raydemand import reading, v1_requested
 from tests.scenarios.world import cluster
-from tests.specs import load_spec, spec_yaml
+from tests.specs import load_spec
 
 autoscaler = pytest.importorskip("ray.core.generated.autoscaler_pb2")
 

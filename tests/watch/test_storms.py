@@ -9,7 +9,8 @@ import pytest
 
 from fleetsim.harness import START, Fleet, fleet
 from reconciler.model.records import Intent, Role
-from tests.specs import load_spec, spec_yaml
+from reconciler.spec.text import spec_yaml
+from tests.specs import load_spec
 from vastsim import Sim
 
 LIST = "GET /api/v1/instances/"

@@ -41,7 +41,8 @@ from reconciler.model.observed import CreateRequest
 from reconciler.model.records import Intent, Phase, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning.offers import unfit_reason
-from tests.specs import load_spec, spec_yaml
+from reconciler.spec.text import spec_yaml
+from tests.specs import load_spec
 
 H = 3600.0
 DOCKER_GRACE = 10.0  # docker stop's grace: the agent's report and destroy happen within it

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from reconciler import settings
+from reconciler.state.clusterlog import ClusterLog
 from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerSink
 
 log = logging.getLogger("ray_vast")
@@ -81,37 +82,29 @@ class Containment:
         delay = self.backoff.after(attempts)
         error = f"{type(exc).__name__}: {exc}"
         self.failing[name] = Failing(attempts, now + delay, error)
-        extra = {"cluster": name, "cls": "tick_failed"}
-        if previous is None or previous.error != error:
-            log.error(
-                "%s: %s failed (%s); retried in %.0f s",
-                *(name, part, error, delay),
-                exc_info=exc,
-                extra=extra,
-            )
+        cluster = self._log(name)
+        if previous is None:  # the first of a run: the log and the ledger, in one call
+            line = f"{part} failed ({error}); retried in {delay:.0f} s"
+            ledger = f"{part} failed: {error}; retried with backoff"
+            data = _data(part, exc)
+            cluster.note(logging.ERROR, "tick_failed", line, ledger=ledger, data=data, exc_info=exc)
+        elif previous.error != error:
+            line = f"{part} failed ({error}); retried in {delay:.0f} s"
+            cluster.say(logging.ERROR, "tick_failed", line, exc_info=exc)
         else:
-            log.warning(
-                "%s: %s failed again, %d times in a row (%s); retried in %.0f s",
-                *(name, part, attempts, error, delay),
-                extra=extra,
-            )
-        if previous is None:
-            self._note(name, part, exc, f"{part} failed: {error}; retried with backoff")
+            again = f"{attempts} times in a row ({error}); retried in {delay:.0f} s"
+            cluster.say(logging.WARNING, "tick_failed", f"{part} failed again, {again}")
 
     def recovered(self, name: str) -> None:
         """A failing cluster ran a whole tick: its run of failures ends (and is ledgered)."""
         if name not in self.failing or not self.ok(name):
             return
         failing = self.failing.pop(name)
-        log.info("%s: ticks again after %d failure(s)", name, failing.attempts)
-        self.ledger.append(
-            LedgerEvent(
-                name,
-                LedgerKind.NOTE,
-                "tick_recovered",
-                f"ticks again after {failing.attempts} failed attempt(s) ({failing.error})",
-                data={"attempts": failing.attempts},
-            )
+        self._log(name).note(
+            logging.INFO,
+            "tick_recovered",
+            f"ticks again after {failing.attempts} failed attempt(s) ({failing.error})",
+            data={"attempts": failing.attempts},
         )
 
     def shared(
@@ -137,13 +130,16 @@ class Containment:
             return
         self.shared_failing.add(part)
         log.error("%s failed (%s); unknown this tick", part, error, exc_info=exc)
+        message = f"{part} failed: {error}; unknown until it works again"
         for name in clusters:
-            self._note(name, part, exc, f"{part} failed: {error}; unknown until it works again")
+            event = LedgerEvent(
+                name, LedgerKind.NOTE, "tick_failed", message, data=_data(part, exc)
+            )
+            self.ledger.append(event)
 
-    def _note(self, name: str, part: str, exc: BaseException, message: str) -> None:
-        data: dict[str, object] = {
-            "part": part,
-            "error_type": type(exc).__name__,
-            "error": str(exc),
-        }
-        self.ledger.append(LedgerEvent(name, LedgerKind.NOTE, "tick_failed", message, data=data))
+    def _log(self, name: str) -> ClusterLog:
+        return ClusterLog(name, self.ledger, log)
+
+
+def _data(part: str, exc: BaseException) -> dict[str, object]:
+    return {"part": part, "error_type": type(exc).__name__, "error": str(exc)}

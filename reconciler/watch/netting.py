@@ -32,7 +32,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.nets import dispatch, idle
 from reconciler.nets.detection import Detection
 from reconciler.planning.react import react
-from reconciler.state.ledger import LedgerEvent, LedgerKind
+from reconciler.state.clusterlog import ClusterLog
 from reconciler.watch.alerting import say_alerts
 from reconciler.watch.containment import Containment
 from reconciler.watch.signals import Signals
@@ -278,16 +278,13 @@ class Netting:
         record runs on and the agent hears "cancelled" in its next heartbeat answer."""
         if record is None or not stopping.in_handshake(record):
             return
-        self.journal.ledger.append(
-            LedgerEvent(
-                record.cluster,
-                LedgerKind.NOTE,
-                stopping.CANCELLED_CLASS,
-                f"instance {record.vast_id}: Ray rejected the idle drain (work is there): the stop "
-                "is called off before vast's stop; the agent is told, the worker serves on",
-                record=record.id,
-                instance=record.vast_id,
-            )
+        ClusterLog(record.cluster, self.journal.ledger, log).note(
+            logging.INFO,
+            stopping.CANCELLED_CLASS,
+            f"instance {record.vast_id}: Ray rejected the idle drain (work is there): the stop "
+            "is called off before vast's stop; the agent is told, the worker serves on",
+            record=record.id,
+            instance=record.vast_id,
         )
 
     def _announce(

@@ -122,7 +122,7 @@ class Executor(Renting):
                 if record is not None and not record.live:
                     raise Skip("already destroyed")
                 if record is not None:
-                    self._change(record.id, intent=Intent.DESTROYED, phase=Phase.DESTROYING)
+                    self._become(record.id, InstanceRecord.doomed)
             self._log_decision(action)
             vast_id = action.vast_id if action.vast_id is not None else self._find(record)
             gone_before = False
@@ -132,13 +132,10 @@ class Executor(Renting):
                 gone_before = answer is False  # vast had ended it already
             if record is not None:
                 now = self.now()
-                self._change(
-                    record.id,
-                    phase=Phase.DESTROYED,
-                    ended_at=vanished_at(record, now) if gone_before else now,
-                    ended_reason=record.ended_reason or action.reason,
-                    call_attempts=0,
-                    retry_at=None,
+                at = vanished_at(record, now) if gone_before else now
+                reason = record.ended_reason or action.reason
+                self._become(
+                    record.id, lambda r: r.closed(at, reason, call_attempts=0, retry_at=None)
                 )
             self._log(
                 action,
@@ -163,7 +160,7 @@ class Executor(Renting):
         try:
             with self.journal.lock:
                 record = self._unended(action)
-                self._change(record.id, intent=Intent.STOPPED, phase=Phase.STOPPING)
+                self._become(record.id, InstanceRecord.stop_called)
             self._log_decision(action)
             self._log(action, LedgerKind.CALL, f"stop instance {record.vast_id}")
             vast_id = require(record.vast_id)

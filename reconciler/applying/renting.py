@@ -44,13 +44,8 @@ class Renting(Steps):
                     break
                 choice = replacement
                 record = self._pending_record(action, spec, choice)
-            self._change(
-                record.id,
-                phase=Phase.DESTROYED,
-                intent=Intent.DESTROYED,
-                ended_at=self.now(),
-                ended_reason="no offer could be rented",
-            )
+            now = self.now()
+            self._become(record.id, lambda r: r.closed(now, "no offer could be rented"))
         finally:
             self.inflight.release(key)
         raise vast_errors.VastOfferGoneError(
@@ -99,13 +94,8 @@ class Renting(Steps):
             self._log(
                 action, LedgerKind.OUTCOME, f"offer {choice.offer_id} is gone", outcome="offer_gone"
             )
-            self._change(
-                record.id,
-                phase=Phase.DESTROYED,
-                intent=Intent.DESTROYED,
-                ended_at=self.now(),
-                ended_reason="offer gone",
-            )
+            now = self.now()
+            self._become(record.id, lambda r: r.closed(now, "offer gone"))
             return False
         except vast_errors.CreateLeftInstanceError as exc:
             self._adopt_refused(action, record, exc)
@@ -143,13 +133,8 @@ class Renting(Steps):
         self, action: Action, record: InstanceRecord, exc: vast_errors.CreateLeftInstanceError
     ) -> None:
         """vast refused the create but left an instance: record it so it is destroyed."""
-        self._change(
-            record.id,
-            vast_id=exc.instance_id,
-            intent=Intent.DESTROYED,
-            phase=Phase.DESTROYING,
-            ended_reason="create refused but left an instance",
-        )
+        why = "create refused but left an instance"
+        self._become(record.id, lambda r: r.doomed(vast_id=exc.instance_id, ended_reason=why))
         self._log(action, LedgerKind.OUTCOME, str(exc), outcome="refused", instance=exc.instance_id)
 
     def _replacement(

@@ -124,6 +124,15 @@ class Steps:
             self.journal.update(lambda records: put(records, record))
             return record
 
+    def _become(
+        self, record_id: str, transition: Callable[[InstanceRecord], InstanceRecord]
+    ) -> InstanceRecord:
+        """`_change` by one of the record's transitions (`InstanceRecord.doomed`, `closed`...)."""
+        with self.journal.lock:
+            record = transition(self.records.instances[record_id])
+            self.journal.update(lambda records: put(records, record))
+            return record
+
     def _log_decision(self, action: Action) -> None:
         self._log(action, LedgerKind.DECISION, f"{action.kind.value}: {action.detail}")
 

@@ -18,7 +18,6 @@ from reconciler.applying.journal import Journal
 from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.model.plan import Plan
-from reconciler.model.records import Intent, Phase
 from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.vast.errors import VastError
 
@@ -78,15 +77,7 @@ def close_records(journal: Journal, cluster: str, now: float) -> None:
     """The cluster is gone at vast: its live records end as "down", and the ledger says so."""
     records = journal.records()
     closed = {
-        rid: replace(
-            r,
-            intent=Intent.DESTROYED,
-            phase=Phase.DESTROYED,
-            ended_at=now,
-            ended_reason=r.ended_reason or "down",
-        )
-        if r.cluster == cluster and r.live
-        else r
+        rid: r.closed(now, r.ended_reason or "down") if r.cluster == cluster and r.live else r
         for rid, r in records.instances.items()
     }
     journal.save(replace(records, instances=closed))

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from reconciler.model.evolve import evolve
 from reconciler.model.plan import Action, ActionKind
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records
+from reconciler.model.records import InstanceRecord, Records
 from reconciler.state.ledger import LedgerKind
 
 T = TypeVar("T")
@@ -62,13 +62,7 @@ def put(records: Records, record: InstanceRecord) -> Records:
 
 def doomed(record: InstanceRecord, reason: str, now: float) -> InstanceRecord:
     """The record as it is saved before its destroy call: intent destroyed, phase destroying."""
-    return evolve(
-        record,
-        intent=Intent.DESTROYED,
-        phase=Phase.DESTROYING,
-        ended_reason=reason,
-        ended_at=record.ended_at or now,
-    )
+    return record.doomed(ended_reason=reason, ended_at=record.ended_at or now)
 
 
 def destroy(record: InstanceRecord, cls: str, detail: str) -> Action:

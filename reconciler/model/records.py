@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from reconciler import settings
+from reconciler.model.evolve import evolve
 
 
 class Intent(StrEnum):
@@ -179,6 +181,23 @@ class InstanceRecord:
     def live(self) -> bool:
         """Scans skip destroyed records (rule 4): nothing re-arms against a dead instance."""
         return self.phase is not Phase.DESTROYED
+
+    # The transitions that move phase and intent together, written once (issue 22): a destroy
+    # decided, a machine ended for good, vast's stop called.
+
+    def doomed(self, **also: Any) -> InstanceRecord:
+        """Its destroy decided, the call to vast next: intent destroyed, phase destroying."""
+        return evolve(self, intent=Intent.DESTROYED, phase=Phase.DESTROYING, **also)
+
+    def closed(self, at: float, reason: str, **also: Any) -> InstanceRecord:
+        """Ended for good (destroyed, gone from vast, never created): intent and phase
+        destroyed, when and why."""
+        fields = {"intent": Intent.DESTROYED, "phase": Phase.DESTROYED, **also}
+        return evolve(self, ended_at=at, ended_reason=reason, **fields)
+
+    def stop_called(self) -> InstanceRecord:
+        """vast's stop about to be called: intent stopped, phase stopping."""
+        return evolve(self, intent=Intent.STOPPED, phase=Phase.STOPPING)
 
     def held(self, now: float) -> bool:
         """Whether work (Ray's or a person's pin) holds this machine at `now`: no machine-level

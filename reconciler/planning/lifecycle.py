@@ -123,27 +123,15 @@ def _finish(
         last = record.missing_since if record.missing_since is not None else draft.now
     if draft.now - last >= missing:
         ended = "gone from vast's listing" + (" while stopping" if kind is ActionKind.STOP else "")
-        draft.update(
-            record,
-            phase=Phase.DESTROYED,
-            intent=Intent.DESTROYED,
-            ended_at=stretches.vanished_at(record, draft.now),
-            ended_reason=record.ended_reason or ended,
-            retry_at=None,
-        )
+        at = stretches.vanished_at(record, draft.now)
+        draft.update(record.closed(at, record.ended_reason or ended, retry_at=None))
 
 
 def _expire_pending(draft: Draft, record_id: str, grace: float) -> None:
     """A create whose instance never showed up in the listing within the orphan grace window."""
     record = draft.instances[record_id]
     if draft.now - record.created_at >= grace:
-        draft.update(
-            record,
-            phase=Phase.DESTROYED,
-            intent=Intent.DESTROYED,
-            ended_at=draft.now,
-            ended_reason="create never appeared in the listing",
-        )
+        draft.update(record.closed(draft.now, "create never appeared in the listing"))
         draft.notes.append(f"pending create {record.id} never appeared; record closed")
 
 

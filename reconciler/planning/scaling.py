@@ -380,6 +380,17 @@ def halted(records: Records, spec: ClusterSpec, node_type: NodeType) -> bool:
     return state.halted(node_type.ray_fingerprint)
 
 
+def short_of(records: Records, spec: ClusterSpec, node_type: str, wanted: int) -> int | None:
+    """What a node type has there or coming when that is short of `wanted` workers (capped at
+    its `max_workers`, as `scale` caps it), else None: the cluster needs planning now, not at
+    the next reconcile. The one reading of `max_workers` outside the packing."""
+    limit = spec.node_types.get(node_type)
+    if limit is None:
+        return None
+    have = capacity(records.instances, records.requests, spec.name, node_type)
+    return have if have < min(wanted, limit.max_workers) else None
+
+
 def capacity(
     instances: Mapping[str, InstanceRecord],
     requests: Mapping[str, Request],

@@ -61,9 +61,8 @@ class RaySide:
         seen = self.journal.records()
         for (cluster, node_type), count in (self.demand(specs, now) or {}).items():
             if cluster in specs and cluster not in self.agenda.wake:
-                have = scaling.capacity(seen.instances, seen.requests, cluster, node_type)
-                limit = specs[cluster].node_types.get(node_type)
-                if limit is not None and have < min(count, limit.max_workers):
+                have = scaling.short_of(seen, specs[cluster], node_type, count)
+                if have is not None:
                     log.info(
                         "%s/%s: Ray wants %d, %d there or coming", cluster, node_type, count, have
                     )

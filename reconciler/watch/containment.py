@@ -107,16 +107,14 @@ class Containment:
             data={"attempts": failing.attempts},
         )
 
-    def shared(
-        self, part: str, step: Callable[[], T], unknown: T, clusters: Callable[[], Iterable[str]]
-    ) -> T:
+    def shared(self, part: str, step: Callable[[], T], unknown: T, clusters: Iterable[str]) -> T:
         """A step no one cluster owns: when it raises, its answer is `unknown` for this tick;
         logged with the traceback and ledgered once per run of failures (under every cluster),
         tried again at the next tick."""
         try:
             value = step()
         except Exception as exc:
-            self.shared_failed(part, exc, clusters())
+            self.shared_failed(part, exc, clusters)
             return unknown
         if part in self.shared_failing:
             self.shared_failing.discard(part)

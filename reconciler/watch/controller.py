@@ -151,7 +151,7 @@ class Controller:
         self.progress(line)  # looked up at each call: a test may set `progress` later
 
     def _shared(self, part: str, step: Callable[[], T], unknown: T) -> T:
-        return self.containment.shared(part, step, unknown, lambda: list(self.specs))
+        return self.containment.shared(part, step, unknown, self.specs)
 
     # --- one tick ------------------------------------------------------------------------------
 

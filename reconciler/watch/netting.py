@@ -98,16 +98,12 @@ class Netting:
         specs: Mapping[str, ClusterSpec],
     ) -> _Readings:
         share = self.containment.shared
-
-        def clusters() -> list[str]:  # read only when a step fails
-            return list(specs)
-
         probes: Mapping[str, bool] = share(
-            "ray_probes", lambda: self.signals().probes(seen), {}, clusters
+            "ray_probes", lambda: self.signals().probes(seen), {}, specs
         )
         probed = dispatch.with_probes(seen, probes, now)
         busy: Mapping[str, bool | None] = share(
-            "ray_busy", lambda: self.signals().busy(probed, now), {}, clusters
+            "ray_busy", lambda: self.signals().busy(probed, now), {}, specs
         )
         demands = {
             cluster: self._demand_of(cluster, specs, seen)
@@ -124,7 +120,7 @@ class Netting:
             f"ray_demand of {cluster}",
             lambda: self.signals().demand(mine, seen),
             None,
-            lambda: list(specs),
+            specs,
         )
 
     def _findings(
@@ -257,7 +253,7 @@ class Netting:
             "ray_drain",
             lambda: self.signals().drain_idle(records, idle_ends, deadline),
             None,
-            lambda: list(specs),
+            specs,
         )
         busy = {rid for rid, accepted in (answer or {}).items() if not accepted}
         if not busy:

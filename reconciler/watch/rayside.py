@@ -44,7 +44,7 @@ class RaySide:
     _unread_since: dict[str, float] = field(default_factory=dict)
 
     def _shared(self, part: str, step: Callable[[], T], unknown: T, specs: Collection[str]) -> T:
-        return self.containment.shared(part, step, unknown, lambda: specs)
+        return self.containment.shared(part, step, unknown, specs)
 
     def demand(self, specs: Mapping[str, ClusterSpec], now: float) -> Mapping[NodeKey, int] | None:
         """Ray's demand for every cluster (None: unread); its infeasible part is said."""

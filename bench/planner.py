@@ -420,7 +420,8 @@ def measure(instances: int, clusters: int, *, repeat: int, budget: float) -> Row
     result = plan_once(world)
     first = time.perf_counter() - start
     if result.errored:
-        raise SystemExit(f"the planner refused the benchmark's inputs: {result.errors}")
+        refused = "; ".join(e.text for e in result.errors)
+        raise SystemExit(f"the planner refused the benchmark's inputs: {refused}")
     runs = max(min(repeat, MIN_RUNS), min(repeat, int(budget / max(first, 1e-6))))
     times = [first] if first > WARM_UP_SECONDS else []
     times += [timed(lambda: plan_once(world)) for _ in range(runs - len(times))]

@@ -20,7 +20,7 @@ from reconciler.model.codec import decode, encode
 from reconciler.model.plan import Plan
 
 KIND = "ray-vast-plan"
-FILE_VERSION = 2  # 2: a plan carries its `changes`, not the whole next records
+FILE_VERSION = 3  # 2: a plan carries its `changes`; 3: its diagnostics are typed
 
 
 class PlanFileError(RayVastError):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from reconciler.model.changes import Changes
+from reconciler.model.diagnostics import Diagnostic
 from reconciler.model.records import Alert, InstanceRecord
 
 
@@ -147,9 +148,9 @@ class Plan:
     costs: tuple[ClusterCost, ...]
     skipped: tuple[SkippedOffer, ...] = ()
     foreign: tuple[Foreign, ...] = ()
-    errors: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+    # What stopped the plan (errors), what it left alone for a person (warnings), and what it did
+    # not do and why (notes): typed, each with a code (model/diagnostics.py).
+    diagnostics: tuple[Diagnostic, ...] = ()
     unmet: tuple[Unmet, ...] = ()
     # What the checks behind the actions noticed; the ledger keeps each one before its actions.
     detections: tuple[Detection, ...] = ()
@@ -165,8 +166,23 @@ class Plan:
         return bool(self.actions)
 
     @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        return self._of("error")
+
+    @property
+    def warnings(self) -> tuple[Diagnostic, ...]:
+        return self._of("warning")
+
+    @property
+    def notes(self) -> tuple[Diagnostic, ...]:
+        return self._of("note")
+
+    @property
     def errored(self) -> bool:
         return bool(self.errors)
+
+    def _of(self, severity: str) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity == severity)
 
     def count(self, kind: ActionKind) -> int:
         return sum(1 for a in self.actions if a.kind is kind)

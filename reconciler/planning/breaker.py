@@ -131,7 +131,7 @@ def reset_on_change(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> Non
         why += f" and {len(lifted)} host(s) it blocklisted for timeouts or boots are lifted"
     key = f"{spec.name}/{node_type.name}"
     draft.detections.append(Detection(key, "breaker_reset", why, cluster=spec.name))
-    draft.notes.append(f"{spec.name}/{node_type.name}: {why}")
+    draft.note("breaker_reset", why, key)
 
 
 def blocked(draft: Draft, cluster: str, node_type: NodeType) -> dict[int, BlockEntry]:

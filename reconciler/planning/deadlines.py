@@ -22,7 +22,8 @@ from reconciler.model.records import (
 )
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits, went_silent
-from reconciler.planning import lifecycle, scaling
+from reconciler.planning import lifecycle
+from reconciler.planning.requests import deadline_grace
 
 
 def next_listing(
@@ -77,7 +78,7 @@ def _deadlines(
         if request.cluster == spec.name and request.status is RequestStatus.OPEN:
             yield request.provision_deadline
             deadline[request.id] = request.provision_deadline
-    grace = scaling.deadline_grace(spec)
+    grace = deadline_grace(spec)
     for record in instances:
         # a candidate the deadline spares: it stalls its request once its grace is over
         if record.request_id not in deadline or record.role is not Role.CANDIDATE:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reconciler.model.diagnostics import Diagnostic, plan_note
 from reconciler.model.evolve import evolve
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
@@ -37,7 +38,7 @@ class Draft:
     next_id: int
     actions: list[Action] = field(default_factory=list)
     skipped: list[SkippedOffer] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Diagnostic] = field(default_factory=list)
     unmet: list[Unmet] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
     detections: list[Detection] = field(default_factory=list)
@@ -60,6 +61,10 @@ class Draft:
         ident = f"{prefix}{self.next_id}"
         self.next_id += 1
         return ident
+
+    def note(self, code: str, summary: str, subject: str = "") -> None:
+        """Say what the plan did not do, and why (a typed note; `code` is what code reads)."""
+        self.notes.append(plan_note(code, summary, subject))
 
     def add(self, action: Action) -> None:
         self.actions.append(action)

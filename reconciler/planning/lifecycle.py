@@ -58,7 +58,7 @@ def apply_detections(draft: Draft, detections: Iterable[Detection], spec: Cluste
                 digest=_digest(draft, record, spec),
             )
         if not (path.ends_machine or path.stops_machine or path.blocklist or path.alerts):
-            draft.notes.append(f"{found.cls}: {record.id} ({found.detail})")
+            draft.note(found.cls, f"{found.cls}: {record.id} ({found.detail})")
 
 
 def _digest(draft: Draft, record: InstanceRecord, spec: ClusterSpec) -> str | None:
@@ -132,7 +132,9 @@ def _expire_pending(draft: Draft, record_id: str, grace: float) -> None:
     record = draft.instances[record_id]
     if draft.now - record.created_at >= grace:
         draft.update(record.closed(draft.now, "create never appeared in the listing"))
-        draft.notes.append(f"pending create {record.id} never appeared; record closed")
+        draft.note(
+            "create_never_appeared", f"pending create {record.id} never appeared; record closed"
+        )
 
 
 def restart_stopped(draft: Draft, cluster: str) -> None:
@@ -196,10 +198,12 @@ def start_for_demand(
             continue
         extra = record.dph_total - record.storage_dph
         if not budget.fits(extra):
-            draft.notes.append(
-                f"{spec.name}/{node_type.name}: {record.id} stays stopped: starting it would "
+            draft.note(
+                "stays_stopped",
+                f"{record.id} stays stopped: starting it would "
                 f"take the cluster to ${budget.spent + extra:.2f}/h, over the cap "
-                f"${budget.cap:.2f}/h"
+                f"${budget.cap:.2f}/h",
+                f"{spec.name}/{node_type.name}",
             )
             continue
         budget.spent += extra

@@ -14,13 +14,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from reconciler.model.changes import Changes
+from reconciler.model.diagnostics import Diagnostic, plan_error, plan_note, plan_warning
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind, ClusterCost, Detection, Foreign, Plan
 from reconciler.model.records import InstanceRecord, Intent, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits
-from reconciler.planning import lifecycle, orphans, pins, scaling
+from reconciler.planning import lifecycle, orphans, pins, requests, scaling
 from reconciler.planning.draft import Draft
 from reconciler.planning.offers import Budget
 from reconciler.planning.refresh import refresh
@@ -102,7 +103,11 @@ def _unplannable(
         listing_fingerprint="",
         actions=(),
         costs=(),
-        errors=(f"vast's instance listing is unknown ({why}); nothing is planned",),
+        diagnostics=(
+            plan_error(
+                "listing_unknown", f"vast's instance listing is unknown ({why}); nothing is planned"
+            ),
+        ),
     )
 
 
@@ -120,7 +125,7 @@ def _refreshed(
     draft = Draft.start(refreshed, lineage=lineage, now=now)
     draft.notes.extend(notes)
     draft.notes.extend(
-        f"offer search for {c}/{n} failed: {why}"
+        plan_note("offer_search_failed", f"offer search for {c}/{n} failed: {why}")
         for (c, n), why in observation.search_errors.items()
     )
     return draft
@@ -187,8 +192,7 @@ def _finished(
         costs=tuple(costs),
         skipped=tuple(draft.skipped),
         foreign=tuple(foreign),
-        warnings=tuple(warnings),
-        notes=tuple(draft.notes),
+        diagnostics=(*warnings, *draft.notes),
         alerts=tuple(draft.alerts),
         detections=tuple(draft.detections),
         unmet=tuple(draft.unmet),
@@ -210,7 +214,7 @@ def _plan_cluster(
     lifecycle.apply_detections(draft, detections, spec)
     lifecycle.finish_unfinished(draft, spec.name, by_id, spec)
     lifecycle.end_stuck_starts(draft, spec, by_id)
-    scaling.settle_requests(draft, spec)
+    requests.settle_requests(draft, spec)
     lifecycle.restart_stopped(draft, spec.name)
     budget = Budget(spent=before + _delta(draft, spec.name), cap=spec.max_dollars_per_hour)
     frozen = _ray_unreadable(draft, spec, observation)
@@ -319,7 +323,7 @@ def _hold(draft: Draft, record: InstanceRecord, why: str) -> None:
     if draft.alert(record.cluster, found):
         draft.detections.append(found)
     else:
-        draft.notes.append(f"{PRUNE_HELD}: {found.detail} ({record.id})")
+        draft.note(PRUNE_HELD, f"{PRUNE_HELD}: {found.detail} ({record.id})")
 
 
 def _cluster_dph(draft: Draft, cluster: str) -> float:
@@ -330,10 +334,11 @@ def _delta(draft: Draft, cluster: str) -> float:
     return sum(a.dph_delta for a in draft.actions if a.cluster == cluster)
 
 
-def _foreign_warning(cluster: str, vast_id: int, label: str, dph: float) -> str:
-    return (
+def _foreign_warning(cluster: str, vast_id: int, label: str, dph: float) -> Diagnostic:
+    return plan_warning(
+        "foreign",
         f"instance {vast_id} ({label}, ${dph:.2f}/h) belongs to cluster {cluster} under another "
-        f"state; ray-vast will not touch it (`ray-vast down {cluster}` ends it)"
+        f"state; ray-vast will not touch it (`ray-vast down {cluster}` ends it)",
     )
 
 

@@ -58,7 +58,7 @@ def react(
         listing_fingerprint="",
         actions=tuple(sorted(draft.actions, key=lambda a: ACTION_ORDER[a.kind])),
         costs=(),
-        notes=tuple(draft.notes),
+        diagnostics=tuple(draft.notes),
         alerts=tuple(draft.alerts),
         detections=tuple(draft.detections),
         changes=Changes.between(records, draft.finish()),

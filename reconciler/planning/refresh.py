@@ -9,6 +9,7 @@ decision is left to the checks that read the refreshed records.
 from __future__ import annotations
 
 from reconciler.model import stopping
+from reconciler.model.diagnostics import Diagnostic, plan_note
 from reconciler.model.evolve import evolve
 from reconciler.model.observed import Instance
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role
@@ -20,11 +21,11 @@ BOOTING_STATUSES = frozenset({None, "created", "loading", "scheduling", "rebooti
 
 def refresh(
     records: Records, listing: tuple[Instance, ...], now: float
-) -> tuple[Records, list[str]]:
+) -> tuple[Records, list[Diagnostic]]:
     """Records updated from a complete listing, and notes of what was adopted."""
     by_id = {i.id: i for i in listing}
     by_label = {i.label: i for i in listing if i.label}
-    notes: list[str] = []
+    notes: list[Diagnostic] = []
     updated: dict[str, InstanceRecord] = {}
     for record in records.instances.values():
         if not record.live:
@@ -60,11 +61,16 @@ def _fill_slot(record: InstanceRecord, request: Request) -> tuple[InstanceRecord
     return evolve(record, slot_id=slot.id), evolve(request, slots=slots)
 
 
-def _adopt(record: InstanceRecord, seen: Instance | None, notes: list[str]) -> InstanceRecord:
+def _adopt(
+    record: InstanceRecord, seen: Instance | None, notes: list[Diagnostic]
+) -> InstanceRecord:
     if seen is None or record.phase is not Phase.PENDING_CREATE:
         return record
     notes.append(
-        f"adopted instance {seen.id} for pending create {record.id} (label {record.label})"
+        plan_note(
+            "adopted",
+            f"adopted instance {seen.id} for pending create {record.id} (label {record.label})",
+        )
     )
     return evolve(record, vast_id=seen.id, phase=Phase.RENTING)
 

@@ -48,10 +48,10 @@ SUMMARY_ORDER = (
 def human(plan: Plan) -> str:
     lines: list[str] = []
     if plan.errored:
-        lines += [f"Error: {e}" for e in plan.errors]
+        lines += [f"Error: {e.text}" for e in plan.errors]
         return "\n".join(lines) + "\n"
     for warning in plan.warnings:
-        lines += [f"Warning: {warning}", ""]
+        lines += [f"Warning: {warning.text}", ""]
     if not plan.has_changes:
         lines.append("No changes. Your clusters match their specs.")
         lines += ["", *_cost_lines(plan)]
@@ -70,7 +70,7 @@ def human(plan: Plan) -> str:
     if plan.alerts:
         lines += [f"Alert: {alert_line(a)}" for a in plan.alerts] + [""]
     if plan.notes:
-        lines += [f"Note: {n}" for n in plan.notes] + [""]
+        lines += [f"Note: {n.text}" for n in plan.notes] + [""]
     lines += _cost_lines(plan)
     lines.append(summary(plan))
     return "\n".join(lines) + "\n"
@@ -153,9 +153,10 @@ def as_json(plan: Plan) -> dict[str, Any]:
         "listing_fingerprint": plan.listing_fingerprint,
         "errored": plan.errored,
         "has_changes": plan.has_changes,
-        "errors": list(plan.errors),
-        "warnings": list(plan.warnings),
-        "notes": list(plan.notes),
+        "errors": [d.text for d in plan.errors],
+        "warnings": [d.text for d in plan.warnings],
+        "notes": [d.text for d in plan.notes],
+        "diagnostics": [d.to_json() for d in plan.diagnostics],
         "alerts": encode(plan.alerts),
         "summary": dict(sorted(counts.items())),
         "detections": encode(plan.detections),

@@ -284,7 +284,7 @@ class Controller:
             for error in plan.errors:
                 for name in names:
                     self.journal.ledger.append(
-                        LedgerEvent(name, LedgerKind.NOTE, "listing_unknown", error)
+                        LedgerEvent(name, LedgerKind.NOTE, error.code, error.text)
                     )
             self.agenda.listing_failed(names, now)
             return {}

@@ -328,4 +328,4 @@ def test_an_unknown_class_alerts_a_human_and_ends_nothing() -> None:
     (alert,) = plan.alerts
     assert (alert.cls, alert.record, alert.message) == ("gpu_fell_off_the_bus", "w1", "Xid 79")
     assert plan.alerts == (alert,)  # typed, for the log to say; never a note found by prefix
-    assert not any("ALERT" in n for n in plan.notes)
+    assert not any("ALERT" in n.text for n in plan.notes)

@@ -78,7 +78,7 @@ def test_a_prune_that_pins_hold_in_part_still_counts_as_the_whole_cluster() -> N
     after = p.changes.apply(state)
     again = planned(after, [row(busy), row(pinned), row(idle)])
     assert again.detections == () and len(again.changes.apply(after).alerts) == 2
-    assert [n.split(":")[0] for n in again.notes] == ["prune_held", "prune_held"]
+    assert [n.code for n in again.notes] == ["prune_held", "prune_held"]
 
 
 def test_what_is_not_most_of_a_cluster_goes_ahead() -> None:

@@ -52,7 +52,9 @@ def test_a_halted_node_type_rents_nothing_whatever_is_asked_of_it() -> None:
     assert rents(p) == []
     assert not p.records.requests  # not even a request is placed
     assert p.records.breakers[KEY].halt == HALT
-    assert f"c1/gpu: halted: {REASON}" in p.notes
+    assert [(n.code, n.text) for n in p.notes if n.code == "halted"] == [
+        ("halted", f"c1/gpu: halted: {REASON}")
+    ]
 
 
 def test_its_open_requests_fail_at_once_and_count_toward_the_breaker() -> None:

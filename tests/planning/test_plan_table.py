@@ -384,7 +384,8 @@ def orphan_and_foreign() -> Case:
 
     def loud(p: Plan) -> None:
         assert [f.vast_id for f in p.foreign] == [88]
-        assert "another state" in p.warnings[0]
+        assert p.warnings[0].code == "foreign"
+        assert "another state" in p.warnings[0].text
 
     def loud_and_timed(p: Plan) -> None:
         loud(p)
@@ -407,7 +408,7 @@ def pending_create_adopted() -> Case:
     def adopted(p: Plan) -> None:
         rec = p.records.instances["i1"]
         assert rec.vast_id == 4242 and rec.phase is Phase.PULLING
-        assert any("adopted instance 4242" in n for n in p.notes)
+        assert any(n.code == "adopted" and "adopted instance 4242" in n.text for n in p.notes)
 
     # The adopted candidate counts: only one more is rented for the request's slot.
     return Case(
@@ -457,7 +458,8 @@ def failed_listing() -> Case:
 
     def refused(p: Plan) -> None:
         assert p.errored and not p.actions
-        assert "unknown" in p.errors[0]
+        assert p.errors[0].code == "listing_unknown"
+        assert "unknown" in p.errors[0].text
 
     return Case([spec()], records(cand, request()), None, CHEAP, [], refused)
 

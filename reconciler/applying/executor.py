@@ -36,11 +36,9 @@ from reconciler.applying.steps import LockHeldError, Skip, require, who
 from reconciler.model.plan import Action, ActionKind, Plan
 from reconciler.model.records import (
     InstanceRecord,
-    Intent,
-    Phase,
     retry_delay,
 )
-from reconciler.model.stretches import started_from, stopped_from, vanished_at
+from reconciler.model.stretches import stopped_from, vanished_at
 from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.vast import errors as vast_errors
 
@@ -197,14 +195,13 @@ class Executor(Renting):
         try:
             with self.journal.lock:
                 record = self._unended(action)
-                self._change(record.id, intent=Intent.RUNNING)
+                self._become(record.id, InstanceRecord.start_asked)
             self._log_decision(action)
             self._log(action, LedgerKind.CALL, f"start instance {record.vast_id}")
             vast_id = require(record.vast_id)
             self._vast(lambda: self.provider.start_instance(vast_id))
-            with self.journal.lock:
-                billed = started_from(self.records.instances[record.id], self.now()).stopped
-                self._change(record.id, phase=Phase.PULLING, stopped=billed)
+            now = self.now()
+            self._become(record.id, lambda current: current.start_called(now))
             self._log(action, LedgerKind.OUTCOME, "start requested", outcome="ok")
         finally:
             self.inflight.release(key)

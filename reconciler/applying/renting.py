@@ -105,9 +105,8 @@ class Renting(Steps):
             return True
         # vast bills an interruptible rental at its bid (and its storage), not the offer's price
         billed = choice.dph_total if bid is None else bid + choice.storage_dph
-        rented = self._change(
-            record.id, vast_id=created.instance_id, phase=Phase.RENTING, dph_total=billed
-        )
+        vast_id = created.instance_id
+        rented = self._become(record.id, lambda r: r.rented(vast_id, dph_total=billed))
         self.launcher.created(rented, created)
         self._log(
             action,
@@ -123,7 +122,7 @@ class Renting(Steps):
         """A create whose answer was lost: adopt it if the listing shows the label."""
         found = self._find(record)
         if found is not None:
-            self._change(record.id, vast_id=found, phase=Phase.RENTING)
+            self._become(record.id, lambda r: r.rented(found))
             message = f"create response lost; adopted instance {found} by its label"
         else:
             message = "create response lost and the label is not listed yet; kept pending"

@@ -65,7 +65,6 @@ from reconciler.model.records import (
     InstanceRecord,
     Intent,
     JoinToken,
-    Phase,
     Records,
     Request,
     RequestStatus,
@@ -175,10 +174,8 @@ def resume(
         )
         return dec.Decision(records, (note,), (), dec.Refusal(403, error, why))
     again = record.resumed_boot == request.boot_id and record.stopped_deliberately_at is None
-    resumed = replace(
-        record,
-        phase=Phase.ENROLLED,
-        self_report_at=now,
+    resumed = record.enrolled(
+        now,
         public_ip=request.public_ip,
         stopped_deliberately_at=None,
         start_requested_at=None,
@@ -291,13 +288,11 @@ def _admit(
     peer: str | None,
 ) -> dec.Decision[Admission]:
     slot = slot_request.open_slots[0]
-    worker = replace(
-        record,
+    worker = record.enrolled(
+        now,
         role=Role.WORKER,
-        phase=Phase.ENROLLED,
         vast_id=request.instance_id,
         enrolled_at=now,
-        self_report_at=now,
         public_ip=request.public_ip,
         slot_id=slot.id,
         cert_serial=serial,

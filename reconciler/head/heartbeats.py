@@ -59,14 +59,8 @@ def heartbeat(
         refused = _refuse(records, identity, beat, error, why)
         return evolve(refused, records=dec.revoke(records, identity.serial))
     serving = record.phase is Phase.ENROLLED and beat.ray.state == "running"
-    updated = evolve(
-        record,
-        self_report_at=now,
-        phase=Phase.SERVING if serving else record.phase,
-        serving_at=record.serving_at or (now if serving else None),
-        sample_at=now,
-        sample_busy=busy(beat),
-    )
+    updated = evolve(record, self_report_at=now, sample_at=now, sample_busy=busy(beat))
+    updated = updated.serving(now) if serving else updated
     updated = stopping.heard(updated, beat.stop_acknowledged, now)
     notes: list[dec.Note] = []
     if serving:

@@ -182,8 +182,33 @@ class InstanceRecord:
         """Scans skip destroyed records (rule 4): nothing re-arms against a dead instance."""
         return self.phase is not Phase.DESTROYED
 
-    # The transitions that move phase and intent together, written once (issue 22): a destroy
-    # decided, a machine ended for good, vast's stop called.
+    # The transitions of phase and intent, written once (issue 22): rented, enrolled, serving, a
+    # start asked and under way, a destroy decided, a machine ended for good, vast's stop called.
+    # Nothing outside these (and model/stopping.py's handshake) sets a phase or an intent by hand,
+    # but a record's first one and the listing's reading of a status (planning/refresh.py).
+
+    def rented(self, vast_id: int, **also: Any) -> InstanceRecord:
+        """vast has the instance (its create answered, or the listing shows the label)."""
+        return evolve(self, vast_id=vast_id, phase=Phase.RENTING, **also)
+
+    def enrolled(self, now: float, **also: Any) -> InstanceRecord:
+        """Its agent proved itself to the head (enrolled, or resumed after a stop)."""
+        return evolve(self, phase=Phase.ENROLLED, self_report_at=now, **also)
+
+    def serving(self, now: float) -> InstanceRecord:
+        """Its Ray joined the head: serving from now (the first time it is seen so)."""
+        return evolve(self, phase=Phase.SERVING, serving_at=self.serving_at or now)
+
+    def start_asked(self) -> InstanceRecord:
+        """A start of a stopped machine decided, before vast's call: intent running."""
+        return evolve(self, intent=Intent.RUNNING)
+
+    def start_called(self, now: float) -> InstanceRecord:
+        """vast's start answered: it boots again (pulling), the stopped stretch closed at `now`."""
+        stopped, last = self.stopped, self.stopped[-1] if self.stopped else None
+        if last is not None and last.end is None:
+            stopped = (*stopped[:-1], Stretch(last.start, max(last.start, now)))
+        return evolve(self, stopped=stopped, phase=Phase.PULLING)
 
     def doomed(self, **also: Any) -> InstanceRecord:
         """Its destroy decided, the call to vast next: intent destroyed, phase destroying."""

@@ -128,9 +128,21 @@ def cancelled(record: InstanceRecord, now: float) -> InstanceRecord:
     )
 
 
-def resumed(record: InstanceRecord) -> InstanceRecord:
-    """The handshake's marks once the stopped worker is started again."""
-    return evolve(record, stop_asked_at=None, stop_acked_at=None, stop_cancelled_at=None)
+def resumed(record: InstanceRecord, now: float) -> InstanceRecord:
+    """A stopped worker to be started again at `now`: intent running, the handshake's marks and
+    the money chain's timers cleared, its call attempts afresh."""
+    return evolve(
+        record,
+        intent=Intent.RUNNING,
+        start_requested_at=now,
+        stop_asked_at=None,
+        stop_acked_at=None,
+        stop_cancelled_at=None,
+        stop_due_at=None,
+        destroy_due_at=None,
+        call_attempts=0,
+        retry_at=None,
+    )
 
 
 def answer(record: InstanceRecord) -> str | None:

@@ -77,14 +77,6 @@ def lit_again(record: InstanceRecord, now: float) -> InstanceRecord:
     return evolve(record, dark=(*record.dark[:-1], Stretch(since, max(since, now))))
 
 
-def started_from(record: InstanceRecord, now: float) -> InstanceRecord:
-    """Our start call: the stopped stretch under way ends."""
-    since = open_since(record.stopped)
-    if since is None:
-        return record
-    return evolve(record, stopped=(*record.stopped[:-1], Stretch(since, max(since, now))))
-
-
 def vanished_at(record: InstanceRecord, now: float) -> float:
     """When vast most likely stopped billing an instance that went away without a destroy of ours
     (its worker destroyed it itself, or vast ended it), found out at `now`. The head's doom of it

@@ -235,15 +235,7 @@ def _resumable_workers(
 def _resume(draft: Draft, spec: ClusterSpec, record: InstanceRecord, extra: float) -> None:
     """A stopped worker started again for demand: its intent running (its money-chain timers
     cleared), and the start that brings it back (`extra` is what it costs beyond its storage)."""
-    draft.update(
-        stopping.resumed(record),
-        intent=Intent.RUNNING,
-        start_requested_at=draft.now,
-        stop_due_at=None,
-        destroy_due_at=None,
-        call_attempts=0,
-        retry_at=None,
-    )
+    draft.update(stopping.resumed(record, draft.now))
     why = (
         "demand returned before the destroy timer: started again with its disk "
         "(no new rental, no pull)"

@@ -72,7 +72,7 @@ def _adopt(
             f"adopted instance {seen.id} for pending create {record.id} (label {record.label})",
         )
     )
-    return evolve(record, vast_id=seen.id, phase=Phase.RENTING)
+    return record.rented(seen.id)
 
 
 # Statuses of an instance vast lists but does not run, with no stop of ours: it bills storage.

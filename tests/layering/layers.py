@@ -16,6 +16,10 @@
   how demand packs onto node types is a planning decision, never a reader's (issue 22).
 - Only `reconciler/planning/alerts.py` builds an `Alert` (one builder, one repeat window), and
   nothing finds an alert by a string prefix (`.startswith("ALERT")`): alerts are typed values.
+- Outside `reconciler/model`, no phase or intent of a record is set by hand (`phase=` or
+  `intent=` given to `evolve`, `replace`, `update` or `_change`): each move is a transition of the
+  record's (`InstanceRecord.rented`, `enrolled`, `doomed`... and model/stopping.py), written once
+  (issue 22). The listing's reading of a status (`planning/refresh.py`) is the one exemption.
 """
 
 from __future__ import annotations
@@ -91,6 +95,8 @@ RAY_EXEMPT = "reconciler/planning/raypacking.py"
 PACKING = "reconciler.planning.raypacking"
 PLANNING = "reconciler/planning/"
 ALERTS = "reconciler/planning/alerts.py"
+TRANSITIONS_EXEMPT = ("reconciler/model/", "reconciler/planning/refresh.py")
+COPIES = frozenset({"evolve", "replace", "update", "_change"})
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,8 @@ def check_file(root: Path, path: Path) -> list[Violation]:
         found += _alert_breaches(rel, tree)
     if pure:
         found += _impure_calls(rel, tree)
+    if rel.startswith("reconciler/") and not rel.startswith(TRANSITIONS_EXEMPT):
+        found += _hand_transitions(rel, tree)
     if rel.startswith("reconciler/") and not rel.startswith((APPLIER, "reconciler/vast/")):
         found += _mutating_calls(rel, tree)
     return found
@@ -214,6 +222,23 @@ def _alert_breaches(rel: str, tree: ast.AST) -> list[Violation]:
             and prefix.value.upper().startswith("ALERT")
         ):
             found.append(Violation(rel, node.lineno, "an alert found by a string prefix"))
+    return found
+
+
+def _hand_transitions(rel: str, tree: ast.AST) -> list[Violation]:
+    """`evolve(record, phase=...)` and the like: a phase or intent moved by hand."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else None
+        name = func.attr if isinstance(func, ast.Attribute) else name
+        if name not in COPIES:
+            continue
+        for keyword in node.keywords:
+            if keyword.arg in ("phase", "intent"):
+                found.append(Violation(rel, node.lineno, f"a record's {keyword.arg} set by hand"))
     return found
 
 

@@ -100,6 +100,16 @@ def test_repository_respects_the_layers() -> None:
             "def f(plan):\n    return [n for n in plan.notes if n.startswith('ALERT')]",
             "an alert found by a string prefix",
         ),
+        (
+            "reconciler/head/enrollment.py",
+            "def f(record):\n    return replace(record, phase=Phase.ENROLLED)",
+            "a record's phase set by hand",
+        ),
+        (
+            "reconciler/planning/lifecycle.py",
+            "def f(draft, record):\n    draft.update(record, intent=Intent.RUNNING)",
+            "a record's intent set by hand",
+        ),
     ],
 )
 def test_a_forbidden_import_is_caught(tmp_path: Path, file: str, line: str, rule: str) -> None:

@@ -1,7 +1,7 @@
-"""What the executor keeps its records and ledger in: the shape `Journal` has.
+"""The records' one name, `RecordsStore`, and what the executor keeps: `Books`.
 
-`Journal` is the real one (the state store and the ledger). `HostBooks` serves a head run without
-a watch controller (and the head's tests): the head's `RecordsHost` for the records, a
+`Journal` is the real one of both (the state store and the ledger). `HostBooks` serves a head run
+without a watch controller (and the head's tests): the head's `RecordsStore` for the records, a
 `LedgerSink` for the ledger.
 """
 
@@ -16,41 +16,35 @@ from reconciler.model.records import Records
 from reconciler.state.ledger import LedgerSink
 
 
-class Books(Protocol):
-    """Where the executor's memory goes: the records behind their lock, and the ledger (one
-    verb: `books.ledger.append(LedgerEvent(...))`)."""
+class RecordsStore(Protocol):
+    """The records behind one lock, the one name they go by (issue 22): the watch controller's
+    `Journal`, or the head's `SharedRecords` when it runs alone. `update` changes and saves them
+    in one hold of the lock."""
+
+    @property
+    def lock(self) -> RecordsLock: ...
+
+    def records(self) -> Records: ...
+
+    def update(self, change: Callable[[Records], Records]) -> Records: ...
+
+
+class Books(RecordsStore, Protocol):
+    """What the executor keeps: a `RecordsStore`, the state's lineage, and the ledger (one verb:
+    `books.ledger.append(LedgerEvent(...))`)."""
 
     @property
     def ledger(self) -> LedgerSink: ...
 
     @property
-    def lock(self) -> RecordsLock: ...
-
-    @property
     def lineage(self) -> str: ...
 
-    def records(self) -> Records: ...
-
     def save(self, records: Records) -> None: ...
-
-    def update(self, change: Callable[[Records], Records]) -> Records: ...
-
-
-class RecordsHost(Protocol):
-    """Records behind one lock: the watch controller's `Journal`, or the head's
-    `SharedRecords` when it runs alone. `update` changes and saves them in one hold."""
-
-    @property
-    def lock(self) -> RecordsLock: ...
-
-    def records(self) -> Records: ...
-
-    def update(self, change: Callable[[Records], Records]) -> Records: ...
 
 
 @dataclass
 class HostBooks:
-    host: RecordsHost
+    host: RecordsStore
     ledger: LedgerSink
     lineage: str
 

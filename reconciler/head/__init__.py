@@ -19,7 +19,7 @@ How the pieces fit:
                                 forbidden=(api_key,))     # the executor's Launcher
     service.start() ... service.stop()
 
-- `host` is a `RecordsHost` (`lock`, `records()`, `update(change)`): the watch controller's
+- `host` is a `RecordsStore` (`lock`, `records()`, `update(change)`): the watch controller's
   `Journal`, or a `SharedRecords`; every decision runs under its lock and saves through it.
 - `ledger` is a `LedgerSink` (`append(LedgerEvent)`: the journal's ledger).
 - Decisions are pure (`enrollment.enroll`, `heartbeats.heartbeat`, `reports.report`): records and

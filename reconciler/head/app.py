@@ -29,7 +29,7 @@ from reconciler.head import enrollment, heartbeats, limits, messages, pki, repor
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.answers import HeadEndpoints, PortPlan, enroll_answer, resume_answer
 from reconciler.head.decisions import Decision, Note, Refusal
-from reconciler.head.shared import LedgerSink, RecordsHost, Submits
+from reconciler.head.shared import LedgerSink, RecordsStore, Submits
 from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import Alert, Records
 from reconciler.model.routing import route
@@ -68,7 +68,7 @@ class HeadApp:
         *,
         spec: ClusterSpec,
         cluster_pki: pki.ClusterPki,
-        host: RecordsHost,
+        host: RecordsStore,
         ledger: LedgerSink,
         applier: Submits,
         lineage: str,

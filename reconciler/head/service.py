@@ -33,7 +33,7 @@ from reconciler.head.launcher import AgentLauncher
 from reconciler.head.pki import ClusterPki
 from reconciler.head.refusals import Refusals
 from reconciler.head.server import LIMITS, STOP_JOIN_SECONDS, Limits, Port, TlsServer, bind
-from reconciler.head.shared import LedgerSink, RecordsHost
+from reconciler.head.shared import LedgerSink, RecordsStore
 from reconciler.model.spec import ClusterSpec
 
 
@@ -51,7 +51,7 @@ class HeadService:
         *,
         spec: ClusterSpec,
         cluster_pki: ClusterPki,
-        host: RecordsHost,
+        host: RecordsStore,
         ledger: LedgerSink,
         applier: Applier,
         lineage: str,

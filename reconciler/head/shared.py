@@ -1,7 +1,7 @@
 """The records the head shares with the watch controller, behind one lock.
 
 The head's handlers run in their own threads and change the same records the nets and the
-executor do. Both sides go through a `RecordsHost`: one re-entrant lock, the current records, and
+executor do. Both sides go through a `RecordsStore`: one re-entrant lock, the current records, and
 `update` to change and save them in one hold. Under `watch` the host is the controller's
 `Journal` (applying/journal.py); `SharedRecords` is the standalone one, for a head run without a
 controller and for tests.
@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from reconciler.applying.books import RecordsHost
+from reconciler.applying.books import RecordsStore
 from reconciler.applying.journal import RecordsLock
 from reconciler.model.plan import Action
 from reconciler.model.records import Records
 from reconciler.state.ledger import LedgerSink
 
-__all__ = ["LedgerSink", "RecordsHost", "SharedRecords", "Submits"]
+__all__ = ["LedgerSink", "RecordsStore", "SharedRecords", "Submits"]
 
 
 class SharedRecords:

@@ -25,9 +25,19 @@ from reconciler.errors import InputError
 from reconciler.model.codec import encode
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
+from reconciler.state import backend
+from reconciler.state.backend import StateURL
 from reconciler.state.filestore import FileStore
-from reconciler.state.ledger import LedgerWriter, ledger_path
+from reconciler.state.ledger import (
+    LedgerEntry,
+    LedgerQuery,
+    LedgerSink,
+    LedgerWriter,
+    ledger_path,
+    read_ledger,
+)
 from reconciler.state.snapshot import StateSnapshot
+from reconciler.state.sql.store import SqlStore
 from reconciler.state.store import StateStore
 from reconciler.vast.config import ClientSettings
 from reconciler.vast.factory import KEY_VARIABLE, client_from_settings
@@ -93,15 +103,51 @@ class Deps:
     stop_requested: Callable[[], bool] = never
     store_factory: StoreFactory = FileStore
     client_factory: ClientFactory = vast_client
+    # Where the state lives when not in `state_dir`'s files (`--state URL`, RAY_VAST_STATE_URL):
+    # a database; `state_dir` still holds what is this machine's own (PKI, embedded processes).
+    state_url: StateURL | None = None
     # The vast clients this command opened (their connection pools), closed by `close`.
     opened: list[Provider] = field(default_factory=list)
 
     def secrets(self) -> tuple[str, ...]:
         key = self.env.get(KEY_VARIABLE, "").strip()
-        return (key,) if key else ()
+        url = tuple(self.state_url.secrets()) if self.state_url is not None else ()
+        return ((key,) if key else ()) + url
+
+    @property
+    def in_database(self) -> bool:
+        return self.state_url is not None and self.state_url.kind != "file"
 
     def store(self) -> StateStore:
+        if self.state_url is not None and self.in_database:
+            return backend.open_store(
+                self.state_url, clock=self.clock, secrets=self.secrets(), env=self.env
+            )
         return self.store_factory(self.state_dir, clock=self.clock, secrets=self.secrets())
+
+    @contextlib.contextmanager
+    def ledger(self, store: StateStore) -> Iterator[LedgerSink]:
+        """The ledger beside `store`'s state: its database's, or `ledger.jsonl`."""
+        if isinstance(store, SqlStore):
+            yield backend.ledger_of(store, clock=self.clock, secrets=self.secrets())
+            return
+        with LedgerWriter.open(
+            ledger_path(self.state_dir), clock=self.clock, secrets=self.secrets()
+        ) as writer:
+            yield writer
+
+    def ledger_entries(self, query: LedgerQuery | None = None) -> Iterator[LedgerEntry]:
+        """The ledger's entries that match `query`, oldest first, wherever the state lives."""
+        if self.in_database:
+            store = self.store()
+            assert isinstance(store, SqlStore)
+            try:
+                ledger = backend.ledger_of(store, clock=self.clock, secrets=self.secrets())
+                yield from ledger.entries(query)
+            finally:
+                store.close()
+            return
+        yield from read_ledger(ledger_path(self.state_dir), query)
 
     def provider(self, specs: list[ClusterSpec] | None = None) -> Provider:
         url = _one_url(specs or [])
@@ -127,31 +173,46 @@ class Deps:
             snapshot = store.read()
             if snapshot is None:
                 snapshot = store.write(encode(Records()), based_on=None)
-            with LedgerWriter.open(
-                ledger_path(self.state_dir), clock=self.clock, secrets=self.secrets()
-            ) as ledger:
+            with self.ledger(store) as ledger:
                 yield Journal(store, ledger, snapshot)
         finally:
-            store.unlock()
+            _closed(store)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[StateSnapshot]:
         """The state for a read-only operation (`plan`): no lock when it exists, since writes are
         atomic renames, so `plan` runs beside a `watch` that holds the lock; when there is no
         state yet it is created (under the lock) to fix the lineage the labels carry."""
-        store = self.store()
-        snapshot = store.read()
+        snapshot = self.read_snapshot()
         if snapshot is None:
             with self.journal("plan") as journal:
                 snapshot = journal.snapshot
         yield snapshot
 
+    def read_snapshot(self) -> StateSnapshot | None:
+        """The state as last saved, read without the lock (the store closed after)."""
+        store = self.store()
+        try:
+            return store.read()
+        finally:
+            if isinstance(store, SqlStore):
+                store.close()
+
     def read_records(self) -> tuple[Records, str | None, int]:
         """The records as last saved, without the lock (for `status`)."""
-        snapshot = self.store().read()
+        snapshot = self.read_snapshot()
         if snapshot is None:
             return Records(), None, 0
         return records_of(snapshot), snapshot.lineage, snapshot.serial
+
+
+def _closed(store: StateStore) -> None:
+    """Give the lock back, and a database store's connection with it."""
+    try:
+        store.unlock()
+    finally:
+        if isinstance(store, SqlStore):
+            store.close()
 
 
 def _one_url(specs: list[ClusterSpec]) -> str | None:

@@ -43,6 +43,7 @@ SLOW = (
     "cli/test_down_ray_head.py",
     "head/test_ray_versions_served.py",
     "state/test_lock_processes.py",
+    "state/test_lease.py",
     "vastsim/test_serve_cli.py",
     "agent/test_gpus.py::test_a_simulated_gpu_worker",
     "vastsim/test_process_cgroups.py",

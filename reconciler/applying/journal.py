@@ -21,7 +21,7 @@ from types import TracebackType
 
 from reconciler.model.codec import decode, encode
 from reconciler.model.records import Records
-from reconciler.state.ledger import LedgerWriter
+from reconciler.state.ledger import LedgerSink
 from reconciler.state.snapshot import StateSnapshot
 from reconciler.state.store import StateStore
 
@@ -74,7 +74,7 @@ class RecordsLock:
 @dataclass
 class Journal:
     store: StateStore
-    ledger: LedgerWriter
+    ledger: LedgerSink
     snapshot: StateSnapshot
     lock: RecordsLock = field(default_factory=RecordsLock)
     # The typed records of `snapshot`, decoded once per version rather than on every read.

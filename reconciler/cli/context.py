@@ -15,7 +15,7 @@ import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -25,9 +25,10 @@ from reconciler import __version__
 from reconciler import up as up_mod
 from reconciler.clock import SystemClock
 from reconciler.deps import Deps, never, state_dir_from
-from reconciler.errors import RayVastError
+from reconciler.errors import InputError, RayVastError
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
+from reconciler.state.backend import URL_VARIABLE, StateURL, parse
 from reconciler.state.ledger import LedgerLineSkipped
 from reconciler.views import diagnostics as diag_view
 
@@ -53,6 +54,10 @@ def print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+# The `--state URL` of this invocation (the root callback runs first, every time).
+_chosen_state: list[str | None] = [None]
+
+
 def root(
     version: Annotated[
         bool,
@@ -60,8 +65,31 @@ def root(
             "--version", callback=print_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            metavar="URL",
+            help="Where the state lives: sqlite:///path/state.db, postgresql://user@host/db "
+            "(?workspace=NAME picks one of several), or file:///dir. Default: "
+            "$RAY_VAST_STATE_URL, else the files of --state-dir.",
+        ),
+    ] = None,
 ) -> None:
     """Rent vast.ai machines as Ray workers, declaratively, and keep the bill safe."""
+    _chosen_state[0] = state
+
+
+def state_url(env: Mapping[str, str], cwd: Path) -> StateURL | None:
+    """`--state`, else RAY_VAST_STATE_URL, parsed; a bad one ends the command with exit 1."""
+    text = _chosen_state[0] or env.get(URL_VARIABLE)
+    if not text:
+        return None
+    try:
+        return parse(text, cwd=cwd)
+    except InputError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def deps(
@@ -74,10 +102,13 @@ def deps(
     for this state directory (and VAST_URL does not say otherwise). `stop_requested`: the
     command's `Interrupts` (a long command), else nothing ever asks it to stop."""
     env = dict(os.environ)
+    url = state_url(env, Path.cwd())
+    local = url.path if url is not None and url.kind == "file" and state_dir is None else state_dir
     built = Deps(
         clock=SystemClock(),
         env=env,
-        state_dir=state_dir_from(state_dir, env, Path.cwd()),
+        state_dir=state_dir_from(local, env, Path.cwd()),
+        state_url=url,
         out=sys.stdout,
         err=sys.stderr,
         interactive=sys.stdin.isatty(),

@@ -44,6 +44,10 @@ class Liveness(StrEnum):
     ALIVE = "alive"  # it still holds the file lock (or the store cannot die: the memory store)
     DEAD = "dead"  # same host, and nobody holds the file lock: its owner exited without unlocking
     UNKNOWN = "unknown"  # taken on another host: liveness cannot be checked from here
+    # A database lease: its holder's session is gone but the lease has not lapsed yet (taken over
+    # once it does), or it lapsed while the holder's session is still open (stuck, or cut off).
+    LAPSING = "lapsing"
+    STUCK = "stuck"
 
 
 def utc_text(epoch: float) -> str:
@@ -62,6 +66,8 @@ def render_lock_info(info: LockInfo) -> str:
             f"  Version:   {info.version}",
             f"  Created:   {utc_text(info.created)}",
             f"  Path:      {info.path}",
+            *([f"  Fencing:   {info.fencing}"] if info.fencing else []),
+            *([f"  CI run:    {info.ci_url}"] if info.ci_url else []),
         ]
     )
 
@@ -76,6 +82,15 @@ _LIVENESS_TEXT = {
         "It was taken on host {host}; whether process {pid} is still running cannot be checked"
         " from here."
     ),
+    Liveness.LAPSING: (
+        "Its holder's database session is gone (process {pid} on {host} died or lost its"
+        " connection); its lease lapses in {left}, and the next locker takes it over then."
+    ),
+    Liveness.STUCK: (
+        "Its lease lapsed {left} ago, but its holder's database session is still open: process"
+        " {pid} on {host} is stuck or cut off from the database. It is not taken over while that"
+        " session lives."
+    ),
 }
 
 
@@ -83,18 +98,31 @@ class StateLockedError(StateError):
     """The lock is held by someone else; carries the holder's details."""
 
     def __init__(
-        self, info: LockInfo, *, liveness: Liveness, lock_path: Path, waited_seconds: float = 0.0
+        self,
+        info: LockInfo,
+        *,
+        liveness: Liveness,
+        lock_path: Path | str,
+        waited_seconds: float = 0.0,
+        lease_left: float | None = None,
     ) -> None:
         self.info = info
         self.liveness = liveness
         self.lock_path = lock_path
         self.waited_seconds = waited_seconds
+        self.lease_left = lease_left
         waited = f" after waiting {waited_seconds:g}s" if waited_seconds > 0 else ""
+        left = f"{abs(lease_left):.0f} s" if lease_left is not None else "?"
+        lease = (
+            f"\n  Lease:     expires in {lease_left:.0f} s"
+            if lease_left is not None and lease_left > 0
+            else ""
+        )
         super().__init__(
             f"Error acquiring the state lock{waited}\n\n"
             f"The state lock {lock_path} is held.\n"
-            f"{render_lock_info(info)}\n\n"
-            + _LIVENESS_TEXT[liveness].format(pid=info.pid, host=info.host)
+            f"{render_lock_info(info)}{lease}\n\n"
+            + _LIVENESS_TEXT[liveness].format(pid=info.pid, host=info.host, left=left)
             + "\nray-vast refuses to run two writers on one state. If you are sure no ray-vast"
             " process is using this state any more, remove the lock with:\n"
             f"  ray-vast state force-unlock {info.id}"

@@ -222,6 +222,25 @@ def last_seq(fd: int, size: int) -> int:
     return 0
 
 
+def stamp(event: LedgerEvent, seq: int, clock: Clock, secrets: tuple[str, ...]) -> LedgerEntry:
+    """The entry for `event`: timed, numbered, secrets masked, and checked before writing (one
+    rule for the file ledger and a database's)."""
+    entry = LedgerEntry(
+        time=clock.now(),
+        seq=seq,
+        cluster=redact(event.cluster, secrets),
+        kind=LedgerKind(event.kind),
+        class_=event.class_,
+        message=redact(event.message, secrets),
+        record=redact(event.record, secrets),
+        instance=event.instance,
+        dph=_as_float(event.dph),
+        data=plain_json(redact(event.data, secrets), "data"),
+    )
+    entry.check()
+    return entry
+
+
 class LedgerSink(Protocol):
     """Anything that takes ledger events (the writer, the journal, the head's and the applier's
     books): one verb, `append(LedgerEvent(...))`, everywhere a line is written."""
@@ -280,7 +299,9 @@ class LedgerWriter:
             fd = self._require_open()
             entries: list[LedgerEntry] = []
             for event in events:
-                entries.append(self._stamp(event, self._seq + len(entries) + 1))
+                entries.append(
+                    stamp(event, self._seq + len(entries) + 1, self._clock, self._secrets)
+                )
             if not entries:
                 return entries
             try:
@@ -291,23 +312,6 @@ class LedgerWriter:
                 raise
             self._seq = entries[-1].seq
             return entries
-
-    def _stamp(self, event: LedgerEvent, seq: int) -> LedgerEntry:
-        """The entry for `event`: timed, numbered, secrets masked, and checked before writing."""
-        entry = LedgerEntry(
-            time=self._clock.now(),
-            seq=seq,
-            cluster=redact(event.cluster, self._secrets),
-            kind=LedgerKind(event.kind),
-            class_=event.class_,
-            message=redact(event.message, self._secrets),
-            record=redact(event.record, self._secrets),
-            instance=event.instance,
-            dph=_as_float(event.dph),
-            data=plain_json(redact(event.data, self._secrets), "data"),
-        )
-        entry.check()
-        return entry
 
     def _require_open(self) -> int:
         if self._fd is None:
@@ -370,18 +374,27 @@ def read_ledger(path: Path, query: LedgerQuery | None = None) -> Iterator[Ledger
     except OSError as exc:
         raise LocalFileError(exc, state_dir=path.parent, path=path) from exc
     with handle:
-        for number, line in enumerate(_lines(handle, path), start=1):
-            if not line.strip():
-                continue
-            try:
-                entry = LedgerEntry.from_json(json.loads(line))
-            except (UnicodeDecodeError, ValueError) as exc:
-                warnings.warn(
-                    f"{path}:{number}: skipped an unreadable ledger line ({exc}); a crash"
-                    " during an append leaves one",
-                    LedgerLineSkipped,
-                    stacklevel=2,
-                )
-                continue
-            if query.matches(entry):
-                yield entry
+        yield from parse_lines(_lines(handle, path), str(path), query)
+
+
+def parse_lines(
+    lines: Iterable[bytes], where: str, query: LedgerQuery | None = None
+) -> Iterator[LedgerEntry]:
+    """The entries of ledger lines that match `query`; a line that does not parse (a torn
+    append) is skipped with a `LedgerLineSkipped` warning naming where it is."""
+    query = query or LedgerQuery()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = LedgerEntry.from_json(json.loads(line))
+        except (UnicodeDecodeError, ValueError) as exc:
+            warnings.warn(
+                f"{where}:{number}: skipped an unreadable ledger line ({exc}); a crash"
+                " during an append leaves one",
+                LedgerLineSkipped,
+                stacklevel=3,
+            )
+            continue
+        if query.matches(entry):
+            yield entry

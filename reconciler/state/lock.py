@@ -81,6 +81,8 @@ class LockHolder:
 
     info: LockInfo
     liveness: Liveness
+    # A lease's time left by the database's clock (negative: lapsed); None for a file lock.
+    lease_left: float | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ def wait_for_lock(
                     liveness=outcome.liveness,
                     lock_path=outcome.lock_path,
                     waited_seconds=waited,
+                    lease_left=outcome.lease_left,
                 )
             raise outcome
         clock.sleep(min(delay, remaining))

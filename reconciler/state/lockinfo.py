@@ -18,7 +18,11 @@ class LockInfo:
     pid: int
     created: float  # epoch seconds, from the holder's clock
     version: str  # the holder's ray-vast version
-    path: str  # the state file the lock guards
+    path: str  # the state file the lock guards (or the database's state, for a lease)
+    # A lease's fencing token (it only grows; 0: a file lock, which has none) and the CI run the
+    # holder belongs to, when it runs in one (GitHub's run URL).
+    fencing: int = 0
+    ci_url: str = ""
 
     @property
     def host(self) -> str:
@@ -39,4 +43,8 @@ class LockInfo:
         created = doc.get("created")
         if not isinstance(created, int | float) or isinstance(created, bool):
             raise ValueError("`created` missing or not a number")
-        return cls(**{name: doc[name] for name in kinds}, created=float(created))
+        fencing, ci_url = doc.get("fencing", 0), doc.get("ci_url", "")
+        if not isinstance(fencing, int) or isinstance(fencing, bool) or not isinstance(ci_url, str):
+            raise ValueError("`fencing` or `ci_url` of the wrong type")
+        fields = {name: doc[name] for name in kinds}
+        return cls(**fields, created=float(created), fencing=fencing, ci_url=ci_url)

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from reconciler.clock import FakeClock
-from reconciler.state import FileStore, Identity, MemoryBackend, MemoryStore, StateStore
+from reconciler.state import (
+    FileStore,
+    Identity,
+    MemoryBackend,
+    MemoryStore,
+    StateError,
+    StateStore,
+)
+from reconciler.state.sql.dialect import Postgres, Sqlite
+from reconciler.state.sql.store import SqlStore
+from tests import pgserver
 
 SECRET = "vk_live_7c1e0b9a44f2d83e56b1a0c9d7e2f415"
 
@@ -37,6 +49,8 @@ class Stores:
     clock: RecordingClock
     tmp_path: Path
     backend: MemoryBackend = field(default_factory=MemoryBackend)
+    postgres: str = ""  # the server's URL, for the postgresql kind
+    made: list[SqlStore] = field(default_factory=list)
 
     def make(self, *, pid: int = 4242, secrets: tuple[str, ...] = ()) -> StateStore:
         identity = Identity(who=f"tester@{_host()}", pid=pid)
@@ -44,7 +58,37 @@ class Stores:
             return FileStore(
                 self.tmp_path / ".ray-vast", clock=self.clock, identity=identity, secrets=secrets
             )
+        if self.kind in ("sqlite", "postgresql"):
+            store = SqlStore(
+                self.dialect(),
+                clock=self.clock,
+                workspace=self.workspace,
+                identity=identity,
+                secrets=secrets,
+            )
+            self.made.append(store)
+            return store
         return MemoryStore(self.backend, clock=self.clock, identity=identity, secrets=secrets)
+
+    def dialect(self) -> Sqlite | Postgres:
+        if self.kind == "sqlite":
+            return Sqlite(self.tmp_path / "state.db")
+        return Postgres(self.postgres, "postgresql://test")
+
+    @property
+    def workspace(self) -> str:
+        """One per test directory: the tests share one PostgreSQL database."""
+        return "t-" + hashlib.sha256(str(self.tmp_path).encode()).hexdigest()[:16]
+
+    def elsewhere(self, tmp_path: Path) -> Stores:
+        """Stores of another state, on the same kind of backend."""
+        return Stores(self.kind, self.clock, tmp_path, postgres=self.postgres, made=self.made)
+
+    def close(self) -> None:
+        """Close every database store made (a lease still held is given back)."""
+        for store in self.made:
+            with contextlib.suppress(StateError):
+                store.close()
 
 
 def _host() -> str:
@@ -56,9 +100,23 @@ def clock() -> RecordingClock:
     return RecordingClock()
 
 
-@pytest.fixture(params=["file", "memory"])
-def stores(request: pytest.FixtureRequest, clock: RecordingClock, tmp_path: Path) -> Stores:
-    return Stores(request.param, clock, tmp_path)
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[pgserver.PgServer]:
+    """One PostgreSQL server for this test process; each test a workspace of its own in it."""
+    with pgserver.running() as server:
+        yield server
+
+
+@pytest.fixture(
+    params=["file", "memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.slow)]
+)
+def stores(
+    request: pytest.FixtureRequest, clock: RecordingClock, tmp_path: Path
+) -> Iterator[Stores]:
+    postgres = request.getfixturevalue("pg_server").url() if request.param == "postgresql" else ""
+    made = Stores(request.param, clock, tmp_path, postgres=postgres)
+    yield made
+    made.close()
 
 
 @pytest.fixture

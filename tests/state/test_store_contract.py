@@ -50,7 +50,7 @@ def test_lineage_differs_between_two_new_states(
     store = stores.make()
     with locked(store, "apply"):
         first = store.write(RECORDS, based_on=None)
-    other = Stores(stores.kind, stores.clock, tmp_path_factory.mktemp("other")).make()
+    other = stores.elsewhere(tmp_path_factory.mktemp("other")).make()
     with locked(other, "apply"):
         second = other.write(RECORDS, based_on=None)
     assert first.lineage != second.lineage
@@ -112,7 +112,7 @@ def test_a_write_based_on_a_state_that_no_longer_exists_is_refused(stores: Store
     store = stores.make()
     with locked(store, "apply"):
         mine = store.write(RECORDS, based_on=None)
-    other = Stores(stores.kind, stores.clock, stores.tmp_path / "elsewhere").make()
+    other = stores.elsewhere(stores.tmp_path / "elsewhere").make()
     with locked(other, "apply"), pytest.raises(StateConflictError):
         other.write(RECORDS, based_on=mine)
     assert other.read() is None

@@ -29,9 +29,9 @@ from reconciler.state import backend
 from reconciler.state.backend import StateURL
 from reconciler.state.filestore import FileStore
 from reconciler.state.ledger import (
+    Ledger,
     LedgerEntry,
     LedgerQuery,
-    LedgerSink,
     LedgerWriter,
     ledger_path,
     read_ledger,
@@ -120,34 +120,45 @@ class Deps:
 
     def store(self) -> StateStore:
         if self.state_url is not None and self.in_database:
-            return backend.open_store(
-                self.state_url, clock=self.clock, secrets=self.secrets(), env=self.env
-            )
+            return self.store_at(self.state_url)
         return self.store_factory(self.state_dir, clock=self.clock, secrets=self.secrets())
 
+    def store_at(self, url: StateURL) -> StateStore:
+        """The store a URL names (`state migrate`'s two ends; `store()` for this command's)."""
+        if url.kind == "file":
+            assert url.path is not None
+            return self.store_factory(url.path, clock=self.clock, secrets=self.secrets())
+        secrets = (*self.secrets(), *url.secrets())
+        return backend.open_store(url, clock=self.clock, secrets=secrets, env=self.env)
+
     @contextlib.contextmanager
-    def ledger(self, store: StateStore) -> Iterator[LedgerSink]:
-        """The ledger beside `store`'s state: its database's, or `ledger.jsonl`."""
+    def ledger(self, store: StateStore) -> Iterator[Ledger]:
+        """The ledger beside `store`'s state: its database's, or the `ledger.jsonl` of its
+        directory."""
         if isinstance(store, SqlStore):
             yield backend.ledger_of(store, clock=self.clock, secrets=self.secrets())
             return
         with LedgerWriter.open(
-            ledger_path(self.state_dir), clock=self.clock, secrets=self.secrets()
+            ledger_path(_directory(store, self.state_dir)),
+            clock=self.clock,
+            secrets=self.secrets(),
         ) as writer:
             yield writer
 
-    def ledger_entries(self, query: LedgerQuery | None = None) -> Iterator[LedgerEntry]:
-        """The ledger's entries that match `query`, oldest first, wherever the state lives."""
-        if self.in_database:
-            store = self.store()
-            assert isinstance(store, SqlStore)
-            try:
-                ledger = backend.ledger_of(store, clock=self.clock, secrets=self.secrets())
-                yield from ledger.entries(query)
-            finally:
-                store.close()
+    def entries(self, store: StateStore, query: LedgerQuery | None = None) -> Iterator[LedgerEntry]:
+        """The entries of the ledger beside `store`'s state that match `query`, oldest first."""
+        if isinstance(store, SqlStore):
+            yield from backend.ledger_of(store, clock=self.clock, secrets=()).entries(query)
             return
-        yield from read_ledger(ledger_path(self.state_dir), query)
+        yield from read_ledger(ledger_path(_directory(store, self.state_dir)), query)
+
+    def ledger_entries(self, query: LedgerQuery | None = None) -> Iterator[LedgerEntry]:
+        """This command's ledger entries that match `query`, wherever the state lives."""
+        store = self.store()
+        try:
+            yield from self.entries(store, query)
+        finally:
+            closed(store, unlock=False)
 
     def provider(self, specs: list[ClusterSpec] | None = None) -> Provider:
         url = _one_url(specs or [])
@@ -176,7 +187,7 @@ class Deps:
             with self.ledger(store) as ledger:
                 yield Journal(store, ledger, snapshot)
         finally:
-            _closed(store)
+            closed(store)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[StateSnapshot]:
@@ -195,8 +206,7 @@ class Deps:
         try:
             return store.read()
         finally:
-            if isinstance(store, SqlStore):
-                store.close()
+            closed(store, unlock=False)
 
     def read_records(self) -> tuple[Records, str | None, int]:
         """The records as last saved, without the lock (for `status`)."""
@@ -206,13 +216,19 @@ class Deps:
         return records_of(snapshot), snapshot.lineage, snapshot.serial
 
 
-def _closed(store: StateStore) -> None:
-    """Give the lock back, and a database store's connection with it."""
+def closed(store: StateStore, *, unlock: bool = True) -> None:
+    """Give the lock back (`unlock`), and a database store's connection with it."""
     try:
-        store.unlock()
+        if unlock:
+            store.unlock()
     finally:
         if isinstance(store, SqlStore):
             store.close()
+
+
+def _directory(store: StateStore, default: Path) -> Path:
+    """The directory a file store's ledger lives in (a test's store: the command's)."""
+    return store.state_dir if isinstance(store, FileStore) else default
 
 
 def _one_url(specs: list[ClusterSpec]) -> str | None:

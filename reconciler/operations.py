@@ -33,7 +33,6 @@ from reconciler.planning.guards import mass_destroys
 from reconciler.planning.plan import fingerprint, touched
 from reconciler.state import orders
 from reconciler.state.errors import Liveness, StateLockedError
-from reconciler.state.ledger import ledger_path, read_ledger
 from reconciler.vast.errors import VastError
 from reconciler.views import cost as cost_view
 from reconciler.views import ledger as ledger_view
@@ -416,7 +415,7 @@ def cost(
     now), by cause, from the state's records and the ledger; vast is not called. With specs, only
     their clusters."""
     records, _, _ = deps.read_records()
-    bills = cost_model.lives_from_ledger(read_ledger(ledger_path(deps.state_dir)))
+    bills = cost_model.lives_from_ledger(deps.ledger_entries())
     clusters = [s.name for s in specs] if specs else None
     end = deps.clock.now() if until is None else until
     if since is not None and since >= end:

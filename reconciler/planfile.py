@@ -46,7 +46,10 @@ def write(path: Path, saved: SavedPlan) -> None:
         "plan": encode(saved.plan),
     }
     data = json.dumps(payload, indent=2, sort_keys=True).encode() + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise PlanFileError(f"cannot write the plan file {path}: {exc.strerror}") from exc
     try:
         os.fchmod(fd, 0o600)
         os.write(fd, data)

@@ -22,10 +22,20 @@ import pytest
 # Ray head ray-vast talks to runs with token auth, as in `watch` and `up`.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
+from tests import pgserver
 from tests.served import world
 from vastsim.containers.sweep import MARKER
 
 __all__ = ["world"]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[pgserver.PgServer]:
+    """One real PostgreSQL server for this test process (tests/pgserver.py); each test takes a
+    workspace or a database of its own in it."""
+    with pgserver.running() as server:
+        yield server
+
 
 HERE = Path(__file__).parent
 # Whole folders or files of each lane (relative to tests/).

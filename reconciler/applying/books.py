@@ -41,6 +41,10 @@ class Books(RecordsStore, Protocol):
 
     def save(self, records: Records) -> None: ...
 
+    def check_lease(self) -> None:
+        """`LockLostError` unless the state's lock is still this process's."""
+        ...
+
 
 @dataclass
 class HostBooks:
@@ -60,3 +64,7 @@ class HostBooks:
 
     def update(self, change: Callable[[Records], Records]) -> Records:
         return self.host.update(change)
+
+    def check_lease(self) -> None:
+        """A head alone holds no state lock of its own: whoever hosts its records does."""
+        return None

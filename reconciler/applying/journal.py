@@ -103,6 +103,10 @@ class Journal:
             self.snapshot = self.store.write(encode(records), based_on=self.snapshot)
             self._decoded = (id(self.snapshot), records)
 
+    def check_lease(self) -> None:
+        """`LockLostError` unless the state's lock is still ours (before every call to vast)."""
+        self.store.check_lease()
+
     def update(self, change: Callable[[Records], Records]) -> Records:
         """Change the current records and save them, in one hold of the lock (so a change made
         meanwhile by another thread is never overwritten)."""

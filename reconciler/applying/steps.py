@@ -86,9 +86,12 @@ class Steps:
         return key
 
     def _vast(self, call: Callable[[], T]) -> T:
-        """Every call to vast goes through here: never under the records lock."""
+        """Every call to vast goes through here: never under the records lock, and only while the
+        state's lock is still ours (a lease may have lapsed, or been force-unlocked: vast cannot
+        check a fencing token, so the caller must stop itself)."""
         if self.journal.lock.held_here():
             raise LockHeldError("a call to vast under the records lock")
+        self.journal.check_lease()
         return call()
 
     def _find(self, record: InstanceRecord | None) -> int | None:

@@ -38,7 +38,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-state_app = typer.Typer(help="Inspect the state file and its lock.", no_args_is_help=True)
+state_app = typer.Typer(
+    help="Inspect the state and its lock; move it to another store.", no_args_is_help=True
+)
 
 COMMANDS: tuple[Callable[..., None], ...] = (
     changes.validate,
@@ -58,6 +60,7 @@ STATE_COMMANDS: tuple[Callable[..., None], ...] = (
     inspect.state_list,
     inspect.state_show,
     inspect.state_force_unlock,
+    inspect.state_migrate,
 )
 
 

@@ -14,12 +14,13 @@ from typing import Annotated
 
 import typer
 
-from reconciler import operations
+from reconciler import operations, stateadmin
 from reconciler.cli import context
-from reconciler.cli.options import JsonFlag, StateDirOption
+from reconciler.cli.options import JsonFlag, LockTimeout, StateDirOption
 from reconciler.model import cost as cost_model
 from reconciler.model.codec import encode
-from reconciler.state.ledger import LedgerLineSkipped, LedgerQuery, ledger_path, read_ledger
+from reconciler.state.backend import parse
+from reconciler.state.ledger import LedgerLineSkipped, LedgerQuery
 from reconciler.views import ledger as ledger_view
 from reconciler.views import state as state_view
 
@@ -75,7 +76,7 @@ def ledger(
         query = LedgerQuery(cluster=cluster, class_=cls, instance=instance, since=start)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LedgerLineSkipped)
-            entries = list(read_ledger(ledger_path(deps.state_dir), query))
+            entries = list(deps.ledger_entries(query))
     context.say_skipped(caught)
     if as_json:
         for entry in entries:
@@ -181,5 +182,32 @@ def state_force_unlock(
     del force  # nothing to skip: the exact lock ID is the confirmation
     deps = context.deps(state_dir)
     with context.reported(deps):
-        holder = deps.store().force_unlock(lock_id)
-    typer.echo(f"Lock {lock_id} removed (was held by {holder.info.who}, pid {holder.info.pid}).")
+        holder = stateadmin.force_unlock(deps, lock_id)
+    typer.echo(
+        f"Lock {lock_id} removed (was held by {holder.info.who}, pid {holder.info.pid}); the"
+        " ledger says who removed it."
+    )
+
+
+@context.command(
+    name="migrate",
+    epilog="Examples:\n\n  ray-vast state migrate file://.ray-vast sqlite:///var/lib/ray-vast/state.db"
+    "\n  ray-vast state migrate sqlite:///var/lib/ray-vast/state.db postgresql://rv@db/ray_vast",
+)
+def state_migrate(
+    source: Annotated[str, typer.Argument(metavar="FROM", help="The state URL to move from.")],
+    target: Annotated[str, typer.Argument(metavar="TO", help="The empty state URL to move to.")],
+    lock_timeout: LockTimeout = 0.0,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Move a state (lineage and serial kept) and its ledger into an empty store."""
+    deps = context.deps(state_dir, lock_timeout)
+    cwd = Path.cwd()
+    with context.reported(deps):
+        moved = stateadmin.migrate(deps, parse(source, cwd=cwd), parse(target, cwd=cwd))
+    snapshot = moved.snapshot
+    typer.echo(
+        f"State lineage {snapshot.lineage} serial {snapshot.serial} and {moved.entries} ledger"
+        f" line(s) moved to {parse(target, cwd=cwd).where}. The old store is left as it was:"
+        " point RAY_VAST_STATE_URL (or --state) at the new one."
+    )

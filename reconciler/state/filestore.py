@@ -58,7 +58,13 @@ from reconciler.state.lock import (
 from reconciler.state.lockinfo import LockInfo
 from reconciler.state.redact import normalise_secrets
 from reconciler.state.snapshot import Records, StateSnapshot, decode, encode
-from reconciler.state.store import check_basis, new_lock_info, next_snapshot, prepare_records
+from reconciler.state.store import (
+    check_basis,
+    new_lock_info,
+    next_snapshot,
+    prepare_records,
+    refuse_push,
+)
 
 STATE_FILE = "state.json"
 BACKUP_FILE = "state.json.backup"
@@ -150,6 +156,16 @@ class FileStore:
         data = encode(snapshot)
         self._commit(data)
         return decode(data, str(self.path))
+
+    def push(self, snapshot: StateSnapshot) -> StateSnapshot:
+        self._require_lock()
+        refuse_push(self.read(), str(self.path))
+        data = encode(snapshot)
+        self._commit(data)
+        return decode(data, str(self.path))
+
+    def check_lease(self) -> None:
+        self._require_lock()
 
     def _commit(self, data: bytes) -> None:
         if self.path.exists():

@@ -248,6 +248,13 @@ class LedgerSink(Protocol):
     def append(self, event: LedgerEvent) -> object: ...
 
 
+class Ledger(LedgerSink, Protocol):
+    """A ledger a command opens: appends, and the entries of another moved in whole (`state
+    migrate`): the file's `LedgerWriter`, or a database's `SqlLedger`."""
+
+    def import_entries(self, entries: Iterable[LedgerEntry]) -> int: ...
+
+
 class LedgerWriter:
     """Appends entries to one ledger file. Open with `LedgerWriter.open`; close when done."""
 
@@ -312,6 +319,21 @@ class LedgerWriter:
                 raise
             self._seq = entries[-1].seq
             return entries
+
+    def import_entries(self, entries: Iterable[LedgerEntry]) -> int:
+        """Write entries as they are (their time and seq kept) into this empty ledger: `state
+        migrate`. A ledger that holds a line refuses."""
+        with self._appending:
+            fd = self._require_open()
+            if self._seq or os.fstat(fd).st_size:
+                raise ValueError(
+                    f"{self.path} is not empty: a ledger is moved only into an empty one"
+                )
+            lines = [encode_line(e) for e in entries]
+            write_all(fd, b"".join(lines))
+            self._sync(fd)
+            self._seq = self._recover(fd)
+            return len(lines)
 
     def _require_open(self) -> int:
         if self._fd is None:

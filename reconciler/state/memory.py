@@ -28,7 +28,13 @@ from reconciler.state.lock import Identity, LockHolder, wait_for_lock
 from reconciler.state.lockinfo import LockInfo
 from reconciler.state.redact import normalise_secrets
 from reconciler.state.snapshot import Records, StateSnapshot, decode, encode
-from reconciler.state.store import check_basis, new_lock_info, next_snapshot, prepare_records
+from reconciler.state.store import (
+    check_basis,
+    new_lock_info,
+    next_snapshot,
+    prepare_records,
+    refuse_push,
+)
 
 MEMORY_PATH = "memory:state.json"
 MEMORY_LOCK_PATH = Path("memory:state.lock")
@@ -80,9 +86,18 @@ class MemoryStore:
         self.backend.backup, self.backend.state = self.backend.state, data
         return decode(data, MEMORY_PATH)
 
+    def push(self, snapshot: StateSnapshot) -> StateSnapshot:
+        self._require_lock()
+        refuse_push(self.read(), MEMORY_PATH)
+        self.backend.state = encode(snapshot, indent=None)
+        return snapshot
+
     @property
     def held(self) -> LockInfo | None:
         return self._held
+
+    def check_lease(self) -> None:
+        self._require_lock()
 
     def lock(self, operation: str, *, timeout_seconds: float = 0.0) -> LockInfo:
         if self._held is not None:

@@ -59,6 +59,16 @@ class StateStore(Protocol):
         """The lock this store holds, if it holds one."""
         ...
 
+    def check_lease(self) -> None:
+        """`LockLostError` unless the lock is still this store's (the executor asks before every
+        call to vast: a lease may lapse, a lock may be force-unlocked, while a command runs)."""
+        ...
+
+    def push(self, snapshot: StateSnapshot) -> StateSnapshot:
+        """Put `snapshot` (its lineage and serial kept) into this empty store, under the lock:
+        `ray-vast state migrate`. A store that holds a state refuses."""
+        ...
+
 
 @contextmanager
 def locked(
@@ -94,6 +104,15 @@ def prepare_records(records: Records, secrets: Iterable[str]) -> Records:
     """A plain, checked, secret-free copy of what the caller asked to save."""
     result: Records = plain_json(redact(records, secrets), "records")
     return result
+
+
+def refuse_push(current: StateSnapshot | None, where: str) -> None:
+    """A push goes only into an empty store (`state migrate` never overwrites a state)."""
+    if current is not None:
+        raise LineageMismatchError(
+            f"{where} already holds lineage {current.lineage} (serial {current.serial}); a state"
+            " is moved only into an empty store. Nothing was written."
+        )
 
 
 def check_basis(current: StateSnapshot | None, based_on: StateSnapshot | None, where: str) -> None:

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from reconciler import settings
 from reconciler.state.clusterlog import ClusterLog
+from reconciler.state.errors import LockLostError
 from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerSink
 
 log = logging.getLogger("ray_vast")
@@ -75,7 +76,9 @@ class Containment:
 
     def cluster_failed(self, name: str, part: str, exc: BaseException, now: float) -> None:
         """One cluster's part of the tick raised: it sits out until its backed-off retry. The
-        ledger has one line for the whole run of failures."""
+        ledger has one line for the whole run of failures. A lost state lock is no cluster's
+        failure: the controller is no longer the state's writer, and stops."""
+        _unless_lost(exc)
         self.failed_now.add(name)
         previous = self.failing.get(name)
         attempts = previous.attempts + 1 if previous else 1
@@ -122,6 +125,7 @@ class Containment:
         return value
 
     def shared_failed(self, part: str, exc: Exception, clusters: Iterable[str]) -> None:
+        _unless_lost(exc)
         error = f"{type(exc).__name__}: {exc}"
         if part in self.shared_failing:
             log.warning("%s failed again (%s); unknown this tick", part, error)
@@ -141,3 +145,9 @@ class Containment:
 
 def _data(part: str, exc: BaseException) -> dict[str, object]:
     return {"part": part, "error_type": type(exc).__name__, "error": str(exc)}
+
+
+def _unless_lost(exc: BaseException) -> None:
+    """Re-raise a lost state lock (`LockLostError`): nothing may go on acting on vast."""
+    if isinstance(exc, LockLostError):
+        raise exc

@@ -26,6 +26,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.planning import pins
 from reconciler.spec.loader import LoadResult
 from reconciler.state import orders
+from reconciler.state.errors import LockLostError
 from reconciler.state.ledger import ledger_path
 from reconciler.views import diagnostics as diag_view
 from reconciler.watch.containment import FAILURE_BACKOFF
@@ -122,7 +123,7 @@ def _controller(
     return controller
 
 
-def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: logging.Logger) -> int:
+def _services(controller: Controller, options: WatchOptions) -> list[Service]:
     services: list[Service] = []
     if options.extension is not None:
         controller.launcher, services = options.extension(controller, controller.journal)
@@ -131,20 +132,31 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
         # token the head services just made gets its reader now
         controller.signals.reload(controller.specs)
         services = [*services, controller.signals]
+    return services
+
+
+def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: logging.Logger) -> int:
+    services = _services(controller, options)
     gauges = Gauges()
     metrics = _metrics(controller, gauges, logger) if options.metrics else None
-    dollars = DollarCounter(deps.clock.now(), ledger_path(deps.state_dir)) if metrics else None
+    # the orphans' dollars are read from a ledger file's new lines (a database's: not yet)
+    ledger = None if deps.in_database else ledger_path(deps.state_dir)
+    dollars = DollarCounter(deps.clock.now(), ledger) if metrics else None
     served = Served()
     ticks = 0
     failures = 0  # loop turns in a row that raised past the controller's own containment
     try:
         while not options.stop.is_set():
             try:
+                controller.journal.check_lease()
                 _reload(options.source, controller, deps, logger, services, served=served)
                 take_orders(deps.state_dir, controller, logger)
                 started = time.monotonic()
                 report = controller.tick()
                 _follow(served, services, controller)
+            except LockLostError as exc:
+                logger.error("%s", exc)  # another ray-vast may act on the state now: stop
+                return EXIT_LOCK_LOST
             except Exception:
                 failures += 1
                 wait = FAILURE_BACKOFF.after(failures)
@@ -175,6 +187,9 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     return 0
 
 
+# A watch whose state lock was lost (lapsed, force-unlocked, taken over) exits with this, as any
+# command that stopped on an error does.
+EXIT_LOCK_LOST = 1
 # How often Ray's demand is read between reconciles when Ray is read (GCS only, no vast call).
 DEMAND_CHECK_SECONDS = 2.0
 # How long a stopping watch waits for the head's destroys already handed to the applier.

@@ -21,7 +21,6 @@ from reconciler.state import (
 )
 from reconciler.state.sql.dialect import Postgres, Sqlite
 from reconciler.state.sql.store import SqlStore
-from tests import pgserver
 
 SECRET = "vk_live_7c1e0b9a44f2d83e56b1a0c9d7e2f415"
 
@@ -98,13 +97,6 @@ def _host() -> str:
 @pytest.fixture
 def clock() -> RecordingClock:
     return RecordingClock()
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[pgserver.PgServer]:
-    """One PostgreSQL server for this test process; each test a workspace of its own in it."""
-    with pgserver.running() as server:
-        yield server
 
 
 @pytest.fixture(

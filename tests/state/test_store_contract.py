@@ -276,3 +276,44 @@ def test_force_unlock_of_ones_own_lock_is_an_unlock(stores: Stores) -> None:
     assert store.force_unlock(info.id).info == info
     assert store.held is None
     assert stores.make().lock_holder() is None
+
+
+def test_a_pushed_state_keeps_its_lineage_and_serial_in_an_empty_store(
+    stores: Stores, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    source = stores.make()
+    with locked(source, "apply"):
+        first = source.write(RECORDS, based_on=None)
+        moved = source.write({**RECORDS, "n": 2}, based_on=first)
+    target = stores.elsewhere(tmp_path_factory.mktemp("target")).make()
+    with locked(target, "migrate"):
+        pushed = target.push(moved)
+        assert (pushed.lineage, pushed.serial, pushed.records) == (
+            moved.lineage,
+            moved.serial,
+            moved.records,
+        )
+        again = target.write({**RECORDS, "n": 3}, based_on=pushed)  # it goes on from there
+    assert again.serial == moved.serial + 1 and again.lineage == moved.lineage
+
+
+def test_a_push_into_a_store_that_holds_a_state_is_refused(stores: Stores) -> None:
+    store = stores.make()
+    with locked(store, "apply"):
+        mine = store.write(RECORDS, based_on=None)
+        with pytest.raises(LineageMismatchError, match="only into an empty store"):
+            store.push(dataclasses.replace(mine, lineage=str(uuid.uuid4())))
+    assert stores.make().read() == mine
+
+
+def test_check_lease_holds_while_the_lock_is_ours_and_not_after_a_force_unlock(
+    stores: Stores,
+) -> None:
+    owner, human = stores.make(pid=1), stores.make(pid=2)
+    with pytest.raises(LockNotHeldError):
+        owner.check_lease()
+    info = owner.lock("apply")
+    owner.check_lease()
+    human.force_unlock(info.id)
+    with pytest.raises(LockLostError):
+        owner.check_lease()

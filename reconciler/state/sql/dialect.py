@@ -97,7 +97,7 @@ class Sqlite:
 
     @property
     def where(self) -> str:
-        return f"sqlite:///{self.path}"
+        return f"sqlite://{self.path}"
 
     def connect(self) -> Connection:
         """A connection in autocommit mode (transactions are begun explicitly), WAL, the file

@@ -248,12 +248,14 @@ class Lease:
         if self._lost is not None:
             raise LockLostError(self._lost_message(held))
 
-    def check_in(self, conn: Connection) -> None:
-        """The database's word on our lease, inside a write's transaction (the row locked)."""
+    def check_in(self, conn: Connection, *, lock: bool = False) -> None:
+        """The database's word on our lease (inside a write's transaction: `lock` its row)."""
         held = self.held
+        if held is None:
+            self.check()  # raises: not held
         assert held is not None
         sql = "SELECT lock_id, fencing, expires > {now} FROM rv_locks WHERE workspace = ?"
-        row = self.link.q(conn, sql + self.link.dialect.for_update).fetchone()
+        row = self.link.q(conn, sql + (self.link.dialect.for_update if lock else "")).fetchone()
         if row is None or row[0] != held.id or int(row[1]) != held.fencing:
             self.lose("it was removed (force-unlock) or taken over")
         elif not row[2]:
@@ -275,7 +277,9 @@ class Lease:
         row = link.q(conn, sql).fetchone()
         ours = row is not None and row[0] == held.id and int(row[1]) == held.fencing and row[2]
         if not ours or not link.dialect.take_beacon(conn, link.workspace):
-            self.lose("it was taken or lapsed while the database could not be reached")
+            self.lose(
+                "it was removed (force-unlock), taken or lapsed while this connection was down"
+            )
             return
         session = link.dialect.session(conn)
         link.q(

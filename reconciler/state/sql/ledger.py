@@ -65,6 +65,29 @@ class SqlLedger:
                 )
         return entries
 
+    def import_entries(self, entries: Iterable[LedgerEntry]) -> int:
+        """Insert entries as they are (their time and seq kept) into this workspace's empty
+        ledger: `state migrate`."""
+        lines = [(e.seq, encode_line(e).decode().rstrip("\n")) for e in entries]
+
+        def step(conn: Connection) -> int:
+            link = self.link
+            with link.transaction(conn):
+                sql = "SELECT COUNT(*) FROM rv_ledger WHERE workspace = ?"
+                if int(link.q(conn, sql).fetchone()[0]):
+                    raise ValueError(f"{link.where}'s ledger is not empty")
+                for seq, line in lines:
+                    link.q(
+                        conn,
+                        "INSERT INTO rv_ledger (workspace, seq, line) VALUES (?, ?, ?)",
+                        link.workspace,
+                        seq,
+                        line,
+                    )
+            return len(lines)
+
+        return self.link.run(step)
+
     def entries(self, query: LedgerQuery | None = None) -> Iterator[LedgerEntry]:
         """The workspace's entries that match `query`, oldest first."""
         sql = "SELECT line FROM rv_ledger WHERE workspace = ? ORDER BY seq"

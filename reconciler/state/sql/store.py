@@ -26,7 +26,7 @@ from reconciler.state.sql import schema
 from reconciler.state.sql.dialect import Connection, Dialect
 from reconciler.state.sql.lease import LEASE_SECONDS, Lease
 from reconciler.state.sql.link import Link
-from reconciler.state.store import check_basis, next_snapshot, prepare_records
+from reconciler.state.store import check_basis, next_snapshot, prepare_records, refuse_push
 
 DEFAULT_WORKSPACE = "default"
 
@@ -84,8 +84,11 @@ class SqlStore:
         return self.lease.holder()
 
     def check_lease(self) -> None:
-        """Refuse to go on (`LockLostError`) once the lease may no longer be ours."""
+        """Refuse to go on (`LockLostError`) once the lease may no longer be ours: by this
+        machine's deadline, then by the database's word (one read: a force-unlock or a takeover
+        stops the holder before its next call to vast, not at its next renewal)."""
         self.lease.check()
+        self.link.run(self.lease.check_in)
 
     def close(self) -> None:
         """Give the lease back if it is held, and close the connection."""
@@ -127,6 +130,24 @@ class SqlStore:
 
         return self.link.run(step)
 
+    def push(self, snapshot: StateSnapshot) -> StateSnapshot:
+        self.lease.check()
+        data = encode(snapshot, indent=None).decode()
+
+        def step(conn: Connection) -> StateSnapshot:
+            with self.link.transaction(conn):
+                sql = "SELECT data FROM rv_states WHERE workspace = ?"
+                row = self.link.q(conn, sql + self.link.dialect.for_update).fetchone()
+                refuse_push(
+                    None if row is None else decode(row[0].encode(), self.where), self.where
+                )
+                self.lease.check_in(conn, lock=True)
+                self._insert(conn, snapshot, data)
+                self._keep(conn, snapshot, data)
+            return decode(data.encode(), self.where)
+
+        return self.link.run(step)
+
     def _write_in(
         self, conn: Connection, records: Records, based_on: StateSnapshot | None, *, retried: bool
     ) -> StateSnapshot:
@@ -134,7 +155,7 @@ class SqlStore:
         sql += self.link.dialect.for_update
         row = self.link.q(conn, sql).fetchone()
         current = None if row is None else decode(row[0].encode(), self.where)
-        self.lease.check_in(conn)
+        self.lease.check_in(conn, lock=True)
         if retried and _landed(current, based_on, records):
             assert current is not None
             return current  # the earlier attempt committed; its answer was lost

@@ -8,6 +8,7 @@ where it came from, and catching a builtin type by name swallows bugs together w
 
     RayVastError
     ├── OperationError   reconciler/operations.py   a refusal to go on, said for the person
+    │   └── StalePlanError                          a saved or reviewed plan the world outgrew
     ├── StateError       reconciler/state/errors.py the recorded state and its lock (its own tree)
     ├── VastError        reconciler/vast/errors.py  anything at the vast API (its own tree)
     ├── PlanFileError    reconciler/planfile.py     a saved plan that cannot be applied
@@ -26,7 +27,10 @@ from __future__ import annotations
 
 class RayVastError(Exception):
     """A failure ray-vast knows and has put into words: the one root the CLI reports as a clean
-    one-line error (exit 1). An exception outside this tree is a bug and keeps its traceback."""
+    one-line error (exit 1, or the class's own `exit_code`). An exception outside this tree is a
+    bug and keeps its traceback."""
+
+    exit_code = 1
 
 
 class InputError(RayVastError, ValueError):

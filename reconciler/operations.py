@@ -23,6 +23,7 @@ from reconciler.applying.teardown import DownOutcome, close_records, down_outcom
 from reconciler.deps import Deps
 from reconciler.errors import RayVastError
 from reconciler.model import cost as cost_model
+from reconciler.model.generations import generations, moved
 from reconciler.model.observed import Instance
 from reconciler.model.orders import PinOrder
 from reconciler.model.plan import Plan
@@ -49,6 +50,14 @@ EXIT_CHANGES = 2
 
 class OperationError(RayVastError):
     """A refusal to go on, with a message for the person at the terminal."""
+
+
+class StalePlanError(OperationError):
+    """A saved (or reviewed) plan that no longer describes the world: its specs, the clusters it
+    covers or the instances it acts on changed since it was made. Exit 3, apart from errors (1),
+    so a pipeline can tell "plan again" from "broken"."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,10 @@ def make_plan(
         return PlanOutcome(plan, EXIT_ERROR)
     if out_file is not None:
         digests = {s.name: s.digest for s in specs}
-        planfile.write(out_file, planfile.SavedPlan(plan, str(spec_path), digests, __version__))
+        covered = {*digests, *(a.cluster for a in plan.actions)}
+        made_from = generations(records_of(snapshot), covered)
+        saved = planfile.SavedPlan(plan, str(spec_path), digests, __version__, made_from)
+        planfile.write(out_file, saved)
         if not as_json:
             deps.out.write(
                 f"\nSaved the plan to: {out_file}\n\nTo perform exactly these actions, run:\n"
@@ -164,7 +176,7 @@ def apply_saved(
     """Apply exactly a saved plan, or refuse it as stale."""
     digests = {s.name: s.digest for s in specs}
     if digests != saved.spec_digests:
-        raise OperationError(
+        raise StalePlanError(
             "Saved plan is stale: the cluster specs changed since the plan was made; plan again."
         )
     plan = saved.plan
@@ -175,14 +187,15 @@ def apply_saved(
                 "Saved plan does not match the given state: it was created from a different "
                 f"state lineage ({plan.lineage[:8]}, the state is {journal.lineage[:8]})."
             )
-        if journal.serial != plan.serial:
-            raise OperationError(
-                f"Saved plan is stale: the state changed since the plan was made (serial "
-                f"{plan.serial} -> {journal.serial}); plan again."
+        changed = moved(saved.generations, journal.records())
+        if changed:
+            raise StalePlanError(
+                f"Saved plan is stale: cluster {', '.join(changed)} changed since the plan was"
+                f" made (state serial {plan.serial} -> {journal.serial}); plan again."
             )
         listing = provider.list_instances()
         if fingerprint(listing, touched(plan.actions)) != plan.listing_fingerprint:
-            raise OperationError(
+            raise StalePlanError(
                 "Saved plan is stale: the live instances it acts on changed since it was made; "
                 "plan again."
             )

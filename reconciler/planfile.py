@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from reconciler.model.codec import decode, encode
 from reconciler.model.plan import Plan
 
 KIND = "ray-vast-plan"
-FILE_VERSION = 3  # 2: a plan carries its `changes`; 3: its diagnostics are typed
+FILE_VERSION = 4  # 2: its `changes`; 3: typed diagnostics; 4: the clusters' generations
 
 
 class PlanFileError(RayVastError):
@@ -33,19 +33,28 @@ class SavedPlan:
     spec_path: str
     spec_digests: dict[str, str]
     tool_version: str
+    # The generation of each cluster the plan covers, as the records were when it was made
+    # (model/generations.py): the plan is stale once one of them moves, not on every write.
+    generations: dict[str, str] = field(default_factory=dict)
 
 
-def write(path: Path, saved: SavedPlan) -> None:
-    """Write 0600: plans describe the account's machines and are treated as sensitive."""
+def dumps(saved: SavedPlan) -> bytes:
+    """The plan file's bytes (a reviewed plan is stored as exactly these)."""
     payload = {
         "kind": KIND,
         "file_version": FILE_VERSION,
         "ray_vast_version": saved.tool_version,
         "spec_path": saved.spec_path,
         "spec_digests": saved.spec_digests,
+        "generations": saved.generations,
         "plan": encode(saved.plan),
     }
-    data = json.dumps(payload, indent=2, sort_keys=True).encode() + b"\n"
+    return json.dumps(payload, indent=2, sort_keys=True).encode() + b"\n"
+
+
+def write(path: Path, saved: SavedPlan) -> None:
+    """Write 0600: plans describe the account's machines and are treated as sensitive."""
+    data = dumps(saved)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     except OSError as exc:
@@ -60,24 +69,39 @@ def write(path: Path, saved: SavedPlan) -> None:
 
 def read(path: Path) -> SavedPlan:
     try:
-        payload: Any = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise PlanFileError(f"{path} is not a readable plan file: {exc}") from exc
+    return loads(data, str(path))
+
+
+def loads(data: bytes, where: str) -> SavedPlan:
+    """A plan from a plan file's bytes; `where` names them in every refusal."""
+    try:
+        payload: Any = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PlanFileError(f"{where} is not a readable plan file: {exc}") from exc
     if not isinstance(payload, dict) or payload.get("kind") != KIND:
-        raise PlanFileError(f"{path} is not a ray-vast plan file")
+        raise PlanFileError(f"{where} is not a ray-vast plan file")
     if (
         payload.get("file_version") != FILE_VERSION
         or payload.get("ray_vast_version") != __version__
     ):
         raise PlanFileError(
-            f"{path} was written by ray-vast {payload.get('ray_vast_version')}; plan files "
+            f"{where} was written by ray-vast {payload.get('ray_vast_version')}; plan files "
             f"cannot move between versions (this is {__version__}): plan again"
         )
     try:
         plan = decode(Plan, payload["plan"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise PlanFileError(f"{path} holds a damaged plan: {exc}") from exc
-    return SavedPlan(plan, str(payload["spec_path"]), dict(payload["spec_digests"]), __version__)
+        raise PlanFileError(f"{where} holds a damaged plan: {exc}") from exc
+    return SavedPlan(
+        plan,
+        str(payload["spec_path"]),
+        dict(payload["spec_digests"]),
+        __version__,
+        dict(payload.get("generations") or {}),
+    )
 
 
 def looks_like_plan(path: Path) -> bool:

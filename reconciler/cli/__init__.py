@@ -10,6 +10,7 @@ command:
 - `inspect`: status, ledger, cost and `state list`/`show`/`force-unlock` (what only reads);
 - `holds`: pin and unpin;
 - `simulate`: simulate;
+- `report`: report (a pipeline's status and comment on the forge);
 - `options`: the options several commands share; `context`: what every command runs with;
   `interrupts`: SIGINT and SIGTERM in the long commands (apply, down, up, watch).
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 
 import typer
 
-from reconciler.cli import changes, context, control, holds, inspect, simulate
+from reconciler.cli import changes, context, control, holds, inspect, report, simulate
 
 app = typer.Typer(
     name="ray-vast",
@@ -55,6 +56,7 @@ COMMANDS: tuple[Callable[..., None], ...] = (
     simulate.simulate,
     holds.pin,
     holds.unpin,
+    report.report,
 )
 STATE_COMMANDS: tuple[Callable[..., None], ...] = (
     inspect.state_list,

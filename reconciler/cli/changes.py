@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from reconciler import operations, planfile
+from reconciler import operations, planfile, reviewing
 from reconciler import up as up_mod
 from reconciler.cli import context
 from reconciler.cli.interrupts import Interrupts
@@ -62,6 +62,7 @@ def validate(
         "Examples:\n\n"
         "  ray-vast plan examples/clusters\n\n"
         "  ray-vast plan clusters -out ci.plan --json --detailed-exitcode\n\n"
+        "  ray-vast plan clusters -out pr.plan --review   # on a pull request\n\n"
         "Exit status: 0 success (with --detailed-exitcode: no changes), 1 error, "
         "2 changes (with --detailed-exitcode)."
     )
@@ -75,6 +76,14 @@ def plan(
     detailed_exitcode: Annotated[
         bool, typer.Option("--detailed-exitcode", help="Exit 2 when there are changes.")
     ] = False,
+    review: Annotated[
+        bool,
+        typer.Option(
+            "--review",
+            help="Also store the saved plan (-out) in the state, as the reviewed plan of the "
+            "spec directory's git tree at HEAD: the merge applies it with `apply --reviewed`.",
+        ),
+    ] = False,
     state_dir: StateDirOption = None,
     lock_timeout: LockTimeout = 0.0,
 ) -> None:
@@ -82,9 +91,14 @@ def plan(
 
     Compares the specs with vast's live listing and the state file; changes nothing at vast.
     """
+    if review and out is None:
+        typer.echo("Error: --review stores the saved plan: give -out FILE too.", err=True)
+        raise typer.Exit(1)
     specs = context.specs(spec_dir, warn=True)
     deps = context.deps(state_dir, lock_timeout)
     with context.reported(deps):
+        if review:
+            reviewing.spec_tree(spec_dir)  # in git and committed, or refused before planning
         outcome = operations.make_plan(
             deps,
             specs,
@@ -93,6 +107,14 @@ def plan(
             as_json=as_json,
             detailed=detailed_exitcode,
         )
+        if review and out is not None and outcome.exit_code != operations.EXIT_ERROR:
+            tree = reviewing.keep(deps, spec_dir, out)
+            typer.echo(
+                f"Stored as the reviewed plan of {spec_dir} at commit {tree.commit[:12]} (tree"
+                f" {tree.tree[:12]}): a merge whose {spec_dir} is this tree applies exactly it"
+                f" (`ray-vast apply --reviewed {spec_dir}`).",
+                err=as_json,
+            )
     raise typer.Exit(outcome.exit_code)
 
 
@@ -102,7 +124,8 @@ def plan(
         "  ray-vast apply examples/clusters\n\n"
         "  ray-vast apply ci.plan\n\n"
         "  ray-vast apply clusters --auto-approve\n\n"
-        "A saved plan is applied exactly, or refused as stale."
+        "  ray-vast apply --reviewed clusters   # on the merge, in CI\n\n"
+        "A saved or reviewed plan is applied exactly, or refused as stale (exit 3)."
     )
 )
 def apply(
@@ -111,6 +134,15 @@ def apply(
     ] = Path("."),
     auto_approve: AutoApprove = False,
     allow_mass_destroy: MassDestroy = False,
+    reviewed: Annotated[
+        Path | None,
+        typer.Option(
+            "--reviewed",
+            metavar="SPEC_DIR",
+            help="Apply exactly the plan stored by `plan --review` for SPEC_DIR's git tree at "
+            "HEAD, or exit 3 (stale: no such plan, applied already, or the world moved).",
+        ),
+    ] = None,
     state_dir: StateDirOption = None,
     lock_timeout: LockTimeout = 0.0,
 ) -> None:
@@ -118,7 +150,12 @@ def apply(
     interrupts = Interrupts(err=sys.stderr)
     deps = context.deps(state_dir, lock_timeout, stop_requested=interrupts.requested)
     with context.reported(deps), interrupts.installed():
-        if planfile.looks_like_plan(target):
+        if reviewed is not None:
+            specs = context.specs(reviewed)
+            code = reviewing.apply_reviewed(
+                deps, reviewed, specs, allow_mass_destroy=allow_mass_destroy
+            )
+        elif planfile.looks_like_plan(target):
             saved = _saved_plan(target)
             specs = context.specs(Path(saved.spec_path))
             code = operations.apply_saved(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)

@@ -141,7 +141,7 @@ def reported(deps: Deps) -> Iterator[None]:
         yield
     except RayVastError as exc:
         typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(exc.exit_code) from None
     finally:
         deps.close()
 

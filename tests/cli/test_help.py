@@ -41,6 +41,8 @@ def test_the_commands_of_the_design_exist() -> None:
         "state list",
         "state show",
         "state force-unlock",
+        "state migrate",
+        "report",
     ):
         assert wanted in names
 

@@ -32,7 +32,7 @@ def test_saved_plan_refused_after_state_moved_on(world: World) -> None:
     assert world.run("apply", str(LOCAL_SIM), "--auto-approve").returncode == 0
     count = len(world.sim.instances)
     stale = world.run("apply", str(plan_file))
-    assert stale.returncode == 1
+    assert stale.returncode == 3  # stale, told apart from an error (1)
     assert "Saved plan is stale" in stale.stderr
     assert len(world.sim.instances) == count
 
@@ -44,7 +44,7 @@ def test_saved_plan_refused_after_spec_changed(world: World) -> None:
     assert world.run("plan", str(spec), "-out", str(plan_file)).returncode == 0
     spec.write_text(LOCAL_SIM.read_text().replace("max_workers: 2", "max_workers: 3"))
     stale = world.run("apply", str(plan_file))
-    assert stale.returncode == 1
+    assert stale.returncode == 3  # stale, told apart from an error (1)
     assert "specs changed" in stale.stderr
     assert world.sim.instances == {}
 
@@ -58,7 +58,7 @@ def test_saved_plan_refused_after_its_instances_changed(world: World) -> None:
     assert "will be destroyed" in planned.stdout, planned.stdout
     world.sim.faults.change_ip(victim)
     stale = world.run("apply", str(plan_file))
-    assert stale.returncode == 1
+    assert stale.returncode == 3  # stale, told apart from an error (1)
     assert "live instances it acts on changed" in stale.stderr
     assert victim in world.sim.instances
 

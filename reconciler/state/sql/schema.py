@@ -6,7 +6,8 @@ One schema for SQLite and PostgreSQL, many workspaces (states) in one database:
 - `rv_history`: the last versions written (the file store's `state.json.backup`, deeper);
 - `rv_fencing`: the workspace's fencing counter, which only grows (it outlives every lease);
 - `rv_locks`: the lease, with everything the holder says about itself;
-- `rv_ledger`: the ledger's lines, as the file ledger writes them.
+- `rv_ledger`: the ledger's lines, as the file ledger writes them;
+- `rv_plans` (schema 2): the reviewed plans, by the git tree hash of the specs they planned.
 
 `rv_meta.schema_version` says which schema a database holds. Bringing a database up to date runs
 each step in its own transaction, serialised between processes (an advisory lock on PostgreSQL,
@@ -19,7 +20,7 @@ from __future__ import annotations
 from reconciler.state.errors import StateTooNewError
 from reconciler.state.sql.dialect import Connection, Dialect
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 HISTORY_KEPT = 10
 # The advisory lock that serialises schema changes on PostgreSQL.
 MIGRATION_LOCK = 726563617374
@@ -38,6 +39,12 @@ _STEPS: dict[int, tuple[str, ...]] = {
         " session BIGINT)",
         "CREATE TABLE IF NOT EXISTS rv_ledger (id {serial_key}, workspace TEXT NOT NULL,"
         " seq BIGINT NOT NULL, line TEXT NOT NULL, UNIQUE (workspace, seq))",
+    ),
+    2: (
+        "CREATE TABLE IF NOT EXISTS rv_plans (workspace TEXT NOT NULL, spec_tree TEXT NOT NULL,"
+        " head_sha TEXT NOT NULL, status TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,"
+        " created_by TEXT NOT NULL, body TEXT NOT NULL, outcome TEXT NOT NULL,"
+        " PRIMARY KEY (workspace, spec_tree))",
     ),
 }
 

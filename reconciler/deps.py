@@ -179,12 +179,18 @@ class Deps:
     def journal(self, operation: str) -> Iterator[Journal]:
         """The state, locked for `operation`, with the ledger open; created empty if absent."""
         store = self.store()
-        store.lock(operation, timeout_seconds=self.lock_timeout)
+        try:
+            store.lock(operation, timeout_seconds=self.lock_timeout)
+        except BaseException:
+            closed(store, unlock=False)
+            raise
         try:
             snapshot = store.read()
             if snapshot is None:
                 snapshot = store.write(encode(Records()), based_on=None)
             with self.ledger(store) as ledger:
+                if isinstance(store, SqlStore) and store.taken_over is not None:
+                    ledger.append(backend.taken_over(store, store.taken_over))
                 yield Journal(store, ledger, snapshot)
         finally:
             closed(store)

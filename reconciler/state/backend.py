@@ -19,12 +19,18 @@ from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from reconciler.clock import Clock
 from reconciler.errors import InputError
+from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.state.lock import Identity
+from reconciler.state.lockinfo import LockInfo
 from reconciler.state.sql.dialect import Dialect, Postgres, Sqlite
+from reconciler.state.sql.lease import LEASE_SECONDS
 from reconciler.state.sql.ledger import SqlLedger
 from reconciler.state.sql.store import DEFAULT_WORKSPACE, SqlStore
 
 URL_VARIABLE = "RAY_VAST_STATE_URL"
+# A database lease's length in seconds (60 by default): shorter, a dead holder is taken over
+# sooner and a live one renews more often.
+LEASE_VARIABLE = "RAY_VAST_LEASE_SECONDS"
 WORKSPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -132,9 +138,36 @@ def open_store(
         secrets=(*secrets, *url.secrets()),
         identity=identity,
         ci_url=ci_url(env),
+        lease_seconds=lease_seconds(env),
     )
+
+
+def lease_seconds(env: Mapping[str, str]) -> float:
+    text = env.get(LEASE_VARIABLE, "")
+    if not text:
+        return LEASE_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 1.0 <= seconds <= 3600.0:
+        raise InputError(f"{LEASE_VARIABLE}={text!r}: give seconds between 1 and 3600")
+    return seconds
 
 
 def ledger_of(store: SqlStore, *, clock: Clock, secrets: Iterable[str]) -> SqlLedger:
     """The ledger beside a database store's state (on the same connection)."""
     return SqlLedger(store.link, clock=clock, secrets=secrets)
+
+
+def taken_over(store: SqlStore, dead: LockInfo) -> LedgerEvent:
+    """The ledger's line for a lease taken over from a holder proven gone (the file store
+    writes its own)."""
+    held = store.held
+    message = (
+        f"took over the state lease of `{dead.operation}` (pid {dead.pid} on {dead.host}, fencing"
+        f" {dead.fencing}): its holder is gone and its lease lapsed; going on from the last saved"
+        " state"
+    )
+    data = {"dead": dead.to_json(), "fencing": held.fencing if held else None}
+    return LedgerEvent("*", LedgerKind.NOTE, "lock_taken_over", message, data=data)

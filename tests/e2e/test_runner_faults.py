@@ -1,0 +1,175 @@
+"""CI runners against one shared state in a real PostgreSQL, the way they fail in the field: two
+race to apply one reviewed plan; one is killed mid-apply; one is frozen past its lease.
+
+Every runner is a real `ray-vast` process on a spec repository of its own (a git work tree: the
+reviewed plan is keyed by its tree), against one served vastsim. Leases are 3 s here (60 s in
+use). Waits are on conditions with deadlines, never sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.ci import gitrepo
+from tests.pgserver import PgServer
+from tests.served import LOCAL_SIM, World
+from tests.waiting import wait_for
+from vastsim.faults import CREATE_ROUTE
+
+LEASE = 3.0
+ROUNDS = 20
+
+
+def spec(cpu_min: int) -> str:
+    text = LOCAL_SIM.read_text().replace("max_dollars_per_hour: 1.00", "max_dollars_per_hour: 5.00")
+    text = text.replace(
+        "      min_workers: 1           # keep one", f"      min_workers: {cpu_min}  # keep"
+    )
+    return text.replace("      max_workers: 2\n", "      max_workers: 4\n", 1)
+
+
+@dataclass
+class Team:
+    """A spec repository, the shared state's URL, and how its runners are started."""
+
+    world: World
+    repo: Path
+    url: str
+    base: Path
+    lease: float = LEASE
+
+    def env(self) -> dict[str, str]:
+        lease = {"RAY_VAST_LEASE_SECONDS": str(self.lease)}
+        return {**self.world.env, "RAY_VAST_STATE_URL": self.url, **lease}
+
+    def argv(self, *args: str) -> list[str]:
+        local = self.base / f"runner-{uuid.uuid4().hex[:6]}"  # each runner its own machine
+        return [sys.executable, "-m", "reconciler", *args, "--state-dir", str(local)]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(*args), env=self.env(), cwd=self.repo, capture_output=True, text=True,
+            timeout=180, stdin=subprocess.DEVNULL, check=False,
+        )  # fmt: skip
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.argv(*args), env=self.env(), cwd=self.repo, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def review(self, cpu_min: int) -> None:
+        gitrepo.commit(self.repo, {"clusters/local-sim.yaml": spec(cpu_min)}, f"cpu {cpu_min}")
+        planned = self.run("plan", "clusters", "-out", str(self.base / "pr.plan"), "--review")
+        assert planned.returncode == 0, planned.stderr
+
+
+@pytest.fixture
+def team(world: World, pg_server: PgServer, tmp_path: Path) -> Iterator[Team]:
+    database = "team_" + uuid.uuid4().hex[:10]
+    pg_server.new_database(database)
+    repo = gitrepo.init(tmp_path / "specs")
+    gitrepo.commit(repo, {"clusters/local-sim.yaml": spec(0)}, "idle")
+    url = f"postgresql://{pg_server.user}@127.0.0.1:{pg_server.port}/{database}"
+    yield Team(world, repo, url, tmp_path)
+
+
+def creates(world: World) -> int:
+    return sum(1 for r in world.sim.requests if r.route == CREATE_ROUTE)
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
+    out, err = process.communicate(timeout=180)
+    return process.returncode, out + err
+
+
+def test_two_runners_race_one_reviewed_plan_and_exactly_one_applies(team: Team) -> None:
+    world = team.world
+    for round_ in range(ROUNDS):
+        team.review(cpu_min=1 + round_ % 2)
+        before = creates(world)
+        wait = "30" if round_ % 4 == 3 else "0"  # now and then the loser waits for the lock
+        first = team.start("apply", "--reviewed", "clusters", "--lock-timeout", wait)
+        _jitter(random.uniform(0.0, 0.01))  # 0 to 10 ms between the two
+        second = team.start("apply", "--reviewed", "clusters", "--lock-timeout", wait)
+        outcomes = [finish(first), finish(second)]
+        codes = sorted(code for code, _ in outcomes)
+        assert codes[0] == 0 and codes[1] in (1, 3), outcomes
+        loser = next(text for code, text in outcomes if code != 0)
+        if codes[1] == 1:  # refused at once: it names the winner's lease
+            assert "held" in loser and "Operation: apply" in loser and "expires in" in loser
+        else:  # it waited (or came late): the plan was applied, so it is stale
+            assert "already" in loser or "stale" in loser
+        assert creates(world) - before == 2 * (1 + round_ % 2), outcomes  # once per rent
+        down = team.run("down", "local-sim", "--spec-dir", "clusters", "--auto-approve")
+        assert down.returncode == 0, down.stderr
+        assert world.sim.instances == {}
+
+
+def _jitter(seconds: float) -> None:
+    """Spin for `seconds` (a start offset far below a sleep's granularity; no condition)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_a_runner_killed_mid_apply_is_taken_over_after_its_lease_and_nothing_is_rented_twice(
+    team: Team,
+) -> None:
+    world = team.world
+    team.lease = 8.0  # long enough that the next runner starts before it lapses
+    team.review(cpu_min=2)  # 2 slots x candidate_factor 2: 4 creates
+    world.sim.faults.slow(CREATE_ROUTE, seconds=1.0, count=4)
+    doomed = team.start("apply", "--reviewed", "clusters")
+    wait_for(lambda: len(world.sim.instances) >= 2, 60, "two creates made")
+    doomed.send_signal(signal.SIGKILL)
+    finish(doomed)
+    refused = team.run("apply", "clusters", "--auto-approve")
+    assert refused.returncode == 1 and "lapses in" in refused.stderr, refused.stderr
+    after = team.run("apply", "clusters", "--auto-approve", "--lock-timeout", "60")
+    assert after.returncode == 0, after.stdout + after.stderr
+    labels = [i.label for i in world.sim.instances.values()]
+    assert len(labels) == len(set(labels)) == 4  # the killed run's rentals found, not repeated
+    assert creates(world) == 4
+    taken = team.run("ledger", "--class", "lock_taken_over", "--json")
+    (line,) = [json.loads(x) for x in taken.stdout.splitlines()]
+    assert line["data"]["fencing"] == line["data"]["dead"]["fencing"] + 1
+
+
+def test_a_runner_frozen_past_its_lease_makes_no_call_after_it_resumes(team: Team) -> None:
+    world = team.world
+    team.review(cpu_min=2)
+    world.sim.faults.slow(CREATE_ROUTE, seconds=1.0, count=4)
+    frozen = team.start("apply", "--reviewed", "clusters")
+    wait_for(lambda: len(world.sim.instances) >= 2, 60, "two creates made")
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        in_flight = creates(world)
+        stuck = wait_for(lambda: _stuck(team), 60, "the lease lapsed, its session open", every=0.5)
+        assert "is still open" in stuck
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    code, said = finish(frozen)
+    assert code == 1 and "no longer this process's" in said, said
+    assert creates(world) <= in_flight + 1  # at most the create it was inside when frozen
+    after = team.run("apply", "clusters", "--auto-approve", "--lock-timeout", "60")
+    assert after.returncode == 0, after.stdout + after.stderr
+    labels = [i.label for i in world.sim.instances.values()]
+    assert len(labels) == len(set(labels)) == 4 and creates(world) == 4
+
+
+def _stuck(team: Team) -> str | None:
+    refused = team.run("apply", "clusters", "--auto-approve")
+    return refused.stderr if refused.returncode == 1 and "is still open" in refused.stderr else None

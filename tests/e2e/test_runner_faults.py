@@ -22,6 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.clock import SystemClock
+from reconciler.state.backend import parse
+from reconciler.state.errors import Liveness
+from reconciler.state.lock import LockHolder
+from reconciler.state.sql.store import SqlStore
 from tests.ci import gitrepo
 from tests.pgserver import PgServer
 from tests.served import LOCAL_SIM, World
@@ -97,7 +102,11 @@ def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
 
 def test_two_runners_race_one_reviewed_plan_and_exactly_one_applies(team: Team) -> None:
     world = team.world
+    shared = team.url
     for round_ in range(ROUNDS):
+        # a state of its own each round (a workspace of the one database): the rounds' downs
+        # and rents would otherwise look like a rent loop, and the breaker would pause them
+        team.url = f"{shared}?workspace=round{round_}"
         team.review(cpu_min=1 + round_ % 2)
         before = creates(world)
         wait = "30" if round_ % 4 == 3 else "0"  # now and then the loser waits for the lock
@@ -107,6 +116,8 @@ def test_two_runners_race_one_reviewed_plan_and_exactly_one_applies(team: Team) 
         outcomes = [finish(first), finish(second)]
         codes = sorted(code for code, _ in outcomes)
         assert codes[0] == 0 and codes[1] in (1, 3), outcomes
+        if wait != "0":  # told to wait, the loser gets the lock after the winner: stale
+            assert codes[1] == 3, outcomes
         loser = next(text for code, text in outcomes if code != 0)
         if codes[1] == 1:  # refused at once: it names the winner's lease
             assert "held" in loser and "Operation: apply" in loser and "expires in" in loser
@@ -156,20 +167,34 @@ def test_a_runner_frozen_past_its_lease_makes_no_call_after_it_resumes(team: Tea
     wait_for(lambda: len(world.sim.instances) >= 2, 60, "two creates made")
     os.kill(frozen.pid, signal.SIGSTOP)
     try:
-        in_flight = creates(world)
-        stuck = wait_for(lambda: _stuck(team), 60, "the lease lapsed, its session open", every=0.5)
-        assert "is still open" in stuck
+        lapsed = wait_for(lambda: _lapsed(team), 60, "the frozen runner's lease lapsed", every=0.2)
+        if lapsed is not True:  # its session is still open: a person removes the lock
+            assert lapsed.liveness is Liveness.STUCK
+            removed = team.run("state", "force-unlock", lapsed.info.id)
+            assert removed.returncode == 0, removed.stderr
+        after = team.run("apply", "clusters", "--auto-approve", "--lock-timeout", "60")
+        assert after.returncode == 0, after.stdout + after.stderr
+        made = creates(world)
     finally:
         os.kill(frozen.pid, signal.SIGCONT)
     code, said = finish(frozen)
     assert code == 1 and "no longer this process's" in said, said
-    assert creates(world) <= in_flight + 1  # at most the create it was inside when frozen
-    after = team.run("apply", "clusters", "--auto-approve", "--lock-timeout", "60")
-    assert after.returncode == 0, after.stdout + after.stderr
+    assert creates(world) == made  # resumed, it called vast no more
     labels = [i.label for i in world.sim.instances.values()]
-    assert len(labels) == len(set(labels)) == 4 and creates(world) == 4
+    # nothing rented twice: one instance per create, each label once (a create the frozen run
+    # had recorded but not sent still counts toward its request until its grace ends)
+    assert len(labels) == len(set(labels)) == creates(world) >= 3
 
 
-def _stuck(team: Team) -> str | None:
-    refused = team.run("apply", "clusters", "--auto-approve")
-    return refused.stderr if refused.returncode == 1 and "is still open" in refused.stderr else None
+def _lapsed(team: Team) -> LockHolder | bool | None:
+    """True once the lease is gone (its session ended with it), the holder once it lapsed with
+    its session open; None while it lasts."""
+    parsed = parse(team.url, cwd=team.base)
+    store = SqlStore(parsed.dialect(), clock=SystemClock(), workspace=parsed.workspace)
+    try:
+        holder = store.lock_holder()
+    finally:
+        store.close()
+    if holder is None or holder.liveness is Liveness.DEAD:
+        return True
+    return holder if holder.liveness is Liveness.STUCK else None

@@ -26,6 +26,9 @@ from reconciler.state.files import ensure_private_dir
 
 # How long SQLite waits on another writer's transaction before it says "locked".
 SQLITE_BUSY_MS = 10_000
+# PostgreSQL: how long a session may sit idle inside a transaction, and a statement wait on a
+# row lock, before the server gives up on it.
+STUCK_MS = 2_000
 
 
 class Connection(Protocol):
@@ -168,6 +171,10 @@ class Postgres:
             keepalives_interval=2,
             keepalives_count=3,
             application_name="ray-vast",
+            # A holder frozen or cut off inside a transaction must not hold the rows its peers
+            # lock: the server ends such a session (its beacon drops with it), and a waiter
+            # gives up and retries rather than hanging. Our transactions last milliseconds.
+            options=f"-c idle_in_transaction_session_timeout={STUCK_MS} -c lock_timeout={STUCK_MS}",
         )
         return conn
 

@@ -198,3 +198,20 @@ def _lapsed(team: Team) -> LockHolder | bool | None:
     if holder is None or holder.liveness is Liveness.DEAD:
         return True
     return holder if holder.liveness is Liveness.STUCK else None
+
+
+def test_the_database_restarted_mid_apply_loses_no_write(team: Team, pg_server: PgServer) -> None:
+    world = team.world
+    team.lease = 20.0  # the restart takes a few seconds; the lease outlives it
+    team.review(cpu_min=2)
+    world.sim.faults.slow(CREATE_ROUTE, seconds=1.0, count=4)
+    running = team.start("apply", "--reviewed", "clusters")
+    wait_for(lambda: len(world.sim.instances) >= 2, 60, "two creates made")
+    pg_server.restart()
+    code, said = finish(running)
+    assert code == 0, said
+    shown = json.loads(team.run("status", "clusters", "--json").stdout)
+    recorded = {i["vast_id"] for c in shown["clusters"] for i in c["instances"]}
+    assert recorded == set(world.sim.instances) and creates(world) == 4  # every outcome saved
+    again = team.run("plan", "clusters", "--detailed-exitcode")
+    assert again.returncode == 0, again.stdout  # nothing left to do: no write was lost

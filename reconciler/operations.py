@@ -23,6 +23,7 @@ from reconciler.applying.teardown import DownOutcome, close_records, down_outcom
 from reconciler.deps import Deps
 from reconciler.errors import RayVastError
 from reconciler.model import cost as cost_model
+from reconciler.model.applied import remembered
 from reconciler.model.generations import generations, moved
 from reconciler.model.observed import Instance
 from reconciler.model.orders import PinOrder
@@ -32,6 +33,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.planning import pins, teardown
 from reconciler.planning.guards import mass_destroys
 from reconciler.planning.plan import fingerprint, touched
+from reconciler.spec.loader import last_applied
 from reconciler.state import orders
 from reconciler.state.errors import Liveness, StateLockedError
 from reconciler.vast.errors import VastError
@@ -253,7 +255,9 @@ def _execute(
         progress=lambda line: _say(deps, line),
     )
     with progress.waiting(f"Applying {len(plan.actions)} action(s)", out=deps.out, env=deps.env):
-        return executor.apply(plan)
+        result = executor.apply(plan)
+    journal.update(lambda records: remembered(records, specs))  # for `status` with no specs
+    return result
 
 
 def _say(deps: Deps, line: str) -> None:
@@ -395,7 +399,9 @@ def _down_said(deps: Deps, cluster: str, targets: int, outcome: DownOutcome) -> 
 
 
 def status(deps: Deps, specs: Sequence[ClusterSpec], *, as_json: bool) -> int:
+    """With no specs given: the specs each cluster was last applied from."""
     records, lineage, serial = deps.read_records()
+    specs = specs or last_applied(records)
     listing: list[Instance] | None
     error = None
     try:

@@ -413,6 +413,7 @@ class ClusterRecord:
     name: str
     spec_digest: str
     revision: str | None = None
+    document: str = ""  # the spec last applied (JSON), for commands run with no spec directory
 
 
 @dataclass(frozen=True)

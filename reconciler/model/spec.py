@@ -233,6 +233,9 @@ class ClusterSpec:
     allow_short_thresholds: bool
     source: SourceRef = field(compare=False)
     digest: str = ""
+    # The document as loaded (JSON, defaults filled): kept with the cluster's record when it is
+    # applied, so `status` with no spec directory knows what the controller last applied.
+    document: str = field(default="", compare=False, repr=False)
 
     def idle_windows(self, node_type: str) -> tuple[int, int]:
         """(stop after, destroy after) quiet seconds for a worker of this node type: its own

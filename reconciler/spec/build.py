@@ -7,6 +7,7 @@ type's shape (`spec.shapes`), from fields the schema has already typed.
 
 from __future__ import annotations
 
+import json
 from types import MappingProxyType
 from typing import Any
 
@@ -47,6 +48,7 @@ def cluster(doc: dict[str, Any], *, source: SourceRef, digest: str) -> ClusterSp
         allow_short_thresholds=spec["testing"]["allow_short_thresholds"],
         source=source,
         digest=digest,
+        document=json.dumps(doc, sort_keys=True, default=str),
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.model.diagnostics import Diagnostics, Location
+from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec, SourceRef
 from reconciler.spec import build, checks, schema_errors
 from reconciler.spec.schema import cluster_schema, fill_defaults
@@ -112,3 +113,14 @@ def _read_text(path: Path, diags: Diagnostics) -> str | None:
     except OSError as exc:
         diags.error(f"cannot read file: {exc.strerror}", Location(str(path), 1, 1))
     return None
+
+
+def last_applied(records: Records) -> list[ClusterSpec]:
+    """The specs the clusters were last applied from, as their records keep them (none for a
+    record from before they were kept, or one that no longer loads)."""
+    sources = [
+        (f"(the state's record of {name})", record.document)
+        for name, record in sorted(records.clusters.items())
+        if record.document
+    ]
+    return list(load_texts(sources).clusters) if sources else []

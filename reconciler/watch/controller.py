@@ -133,7 +133,8 @@ class Controller:
         """Which spec (digest, Git revision) each cluster is being reconciled against."""
         records = self.journal.records()
         clusters = {
-            name: ClusterRecord(name, spec.digest, revision) for name, spec in self.specs.items()
+            name: ClusterRecord(name, spec.digest, revision, spec.document)
+            for name, spec in self.specs.items()
         }
         if dict(records.clusters) != clusters:
             self.journal.save(evolve(records, clusters=clusters))

@@ -77,3 +77,21 @@ def test_bad_spec_changes_nothing(world: World, tmp_path: object) -> None:
     assert "bad.yaml:" in applied.stderr and "max_workers" in applied.stderr
     assert world.sim.instances == {}
     assert not (world.state_dir / "state.json").exists()
+
+
+def test_status_with_no_spec_directory_knows_what_was_last_applied(world: World) -> None:
+    """The README's "other terminal" `status`: the specs come from the state's records, so a
+    worker that min_workers keeps shows no stop time that never comes, and the cap is known."""
+    assert world.run("apply", str(LOCAL_SIM), "--auto-approve").returncode == 0
+    with_specs = json.loads(world.run("status", str(LOCAL_SIM), "--json").stdout)
+    without = world.run("status", "--json")
+    assert without.returncode == 0, without.stderr
+    (mine,), (theirs,) = with_specs["clusters"], json.loads(without.stdout)["clusters"]
+    assert theirs["cap_dollars_per_hour"] == mine["cap_dollars_per_hour"] == 1.0
+    timeless = [{k: v for k, v in i.items() if k != "age_seconds"} for i in mine["instances"]]
+    assert [{k: v for k, v in i.items() if k != "age_seconds"} for i in theirs["instances"]] == (
+        timeless
+    )
+    assert any(i["kept_at_min_workers"] for i in timeless) or all(
+        i["role"] == "candidate" for i in timeless
+    )

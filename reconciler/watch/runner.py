@@ -26,7 +26,8 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.planning import pins
 from reconciler.spec.loader import LoadResult
 from reconciler.state import orders
-from reconciler.state.errors import LockLostError
+from reconciler.state.backend import lease_seconds
+from reconciler.state.errors import LockLostError, StateLockedError
 from reconciler.state.ledger import ledger_path
 from reconciler.views import diagnostics as diag_view
 from reconciler.watch.containment import FAILURE_BACKOFF
@@ -87,11 +88,46 @@ def watch(deps: Deps, options: WatchOptions, logger: logging.Logger) -> int:
         return 1
     specs = list(loaded.clusters)
     provider = deps.provider(specs)
-    with deps.journal("watch") as journal:
-        controller = _controller(
-            deps, journal, provider, specs=specs, options=options, logger=logger
-        )
-        return _loop(deps, controller, options, logger)
+    said = False
+    while True:
+        try:
+            with deps.journal("watch") as journal:
+                if said:
+                    logger.info("standby: the state's lease is ours now; reconciling")
+                controller = _controller(
+                    deps, journal, provider, specs=specs, options=options, logger=logger
+                )
+                return _loop(deps, controller, options, logger)
+        except StateLockedError as exc:
+            if not _standing_by(deps, exc):
+                raise
+            if not said:
+                logger.info("%s", _standby_line(exc))
+                said = True
+            if options.stop.wait(_standby_poll(deps)):
+                logger.info("standby stopped before it held the lease")
+                return 0
+
+
+def _standing_by(deps: Deps, refused: StateLockedError) -> bool:
+    """A second watch on a shared (database) state waits as a standby for the active one's
+    lease, rather than failing (DESIGN.md 11); on a state of files it is refused as before."""
+    return deps.in_database and refused.info.operation in ("watch", "up")
+
+
+def _standby_line(refused: StateLockedError) -> str:
+    info, left = refused.info, refused.lease_left
+    lapse = f"; its lease lapses in {left:.0f} s unless renewed" if left is not None else ""
+    return (
+        f"standby: `{info.operation}` (pid {info.pid} on {info.host}, lock {info.id}) holds the"
+        f" state's lease{lapse}; this watch takes over when that holder is gone"
+    )
+
+
+def _standby_poll(deps: Deps) -> float:
+    """How often a standby asks for the lease: a quarter lease (at most 5 s), so it holds the
+    lease soon after the active holder's lapses."""
+    return min(5.0, lease_seconds(deps.env) / 4)
 
 
 def _controller(

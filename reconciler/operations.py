@@ -17,7 +17,6 @@ from reconciler.applying.executor import ApplyResult, Executor
 from reconciler.applying.journal import Journal, records_of
 from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.observe import observe_and_plan
-from reconciler.applying.pinlog import log_pin
 from reconciler.applying.provider import Provider
 from reconciler.applying.teardown import DownOutcome, close_records, down_outcome, wait_gone
 from reconciler.deps import Deps
@@ -26,20 +25,14 @@ from reconciler.model import cost as cost_model
 from reconciler.model.applied import remembered
 from reconciler.model.generations import generations, moved
 from reconciler.model.observed import Instance
-from reconciler.model.orders import PinOrder
 from reconciler.model.plan import Plan
-from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning import pins, teardown
+from reconciler.planning import teardown
 from reconciler.planning.guards import mass_destroys
 from reconciler.planning.plan import fingerprint, touched
 from reconciler.spec.loader import last_applied
-from reconciler.state import orders
-from reconciler.state.errors import Liveness, StateLockedError
 from reconciler.vast.errors import VastError
 from reconciler.views import cost as cost_view
-from reconciler.views import ledger as ledger_view
-from reconciler.views import pins as pins_view
 from reconciler.views import plan as plan_view
 from reconciler.views import progress
 from reconciler.views import status as status_view
@@ -176,34 +169,46 @@ def apply_saved(
     launcher: Launcher | None = None,
 ) -> int:
     """Apply exactly a saved plan, or refuse it as stale."""
-    digests = {s.name: s.digest for s in specs}
-    if digests != saved.spec_digests:
+    check_specs(saved, specs)
+    provider = deps.provider(list(specs))
+    with deps.journal("apply") as journal:
+        check_saved(saved, journal, provider.list_instances(), allow_mass_destroy)
+        result = _execute(deps, journal, provider, specs=specs, plan=saved.plan, launcher=launcher)
+    return _report(deps, result)
+
+
+def check_specs(saved: planfile.SavedPlan, specs: Sequence[ClusterSpec]) -> None:
+    """`StalePlanError` unless these are the specs the plan was made from."""
+    if {s.name: s.digest for s in specs} != saved.spec_digests:
         raise StalePlanError(
             "Saved plan is stale: the cluster specs changed since the plan was made; plan again."
         )
+
+
+def check_saved(
+    saved: planfile.SavedPlan, journal: Journal, listing: Sequence[Instance], allow: bool
+) -> None:
+    """Refuse a saved plan the state or vast outgrew (the CLI's apply and the controller's
+    apply order ask the same questions): another state's, a cluster it covers moved, the live
+    instances it acts on changed, or a mass destroy not allowed."""
     plan = saved.plan
-    provider = deps.provider(list(specs))
-    with deps.journal("apply") as journal:
-        if journal.lineage != plan.lineage:
-            raise OperationError(
-                "Saved plan does not match the given state: it was created from a different "
-                f"state lineage ({plan.lineage[:8]}, the state is {journal.lineage[:8]})."
-            )
-        changed = moved(saved.generations, journal.records())
-        if changed:
-            raise StalePlanError(
-                f"Saved plan is stale: cluster {', '.join(changed)} changed since the plan was"
-                f" made (state serial {plan.serial} -> {journal.serial}); plan again."
-            )
-        listing = provider.list_instances()
-        if fingerprint(listing, touched(plan.actions)) != plan.listing_fingerprint:
-            raise StalePlanError(
-                "Saved plan is stale: the live instances it acts on changed since it was made; "
-                "plan again."
-            )
-        _guard(plan, journal, allow_mass_destroy)
-        result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=launcher)
-    return _report(deps, result)
+    if journal.lineage != plan.lineage:
+        raise OperationError(
+            "Saved plan does not match the given state: it was created from a different "
+            f"state lineage ({plan.lineage[:8]}, the state is {journal.lineage[:8]})."
+        )
+    changed = moved(saved.generations, journal.records())
+    if changed:
+        raise StalePlanError(
+            f"Saved plan is stale: cluster {', '.join(changed)} changed since the plan was"
+            f" made (state serial {plan.serial} -> {journal.serial}); plan again."
+        )
+    if fingerprint(listing, touched(plan.actions)) != plan.listing_fingerprint:
+        raise StalePlanError(
+            "Saved plan is stale: the live instances it acts on changed since it was made; "
+            "plan again."
+        )
+    _guard(plan, journal, allow)
 
 
 def _guard(plan: Plan, journal: Journal, allow: bool) -> None:
@@ -266,20 +271,25 @@ def _say(deps: Deps, line: str) -> None:
 
 
 def _report(deps: Deps, result: ApplyResult) -> int:
+    code, text = outcome_of(result)
+    (deps.out if code == EXIT_OK else deps.err).write(text)
+    return code
+
+
+def outcome_of(result: ApplyResult) -> tuple[int, str]:
+    """An apply's exit code and what it says (the CLI's, and a controller's answer)."""
     counts: dict[str, int] = {}
     for action in result.done:
         counts[action.kind.value] = counts.get(action.kind.value, 0) + 1
     done = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "nothing done"
     if result.interrupted:
-        deps.err.write(f"\nApply interrupted; state saved. Done: {done}.\n")
-        return EXIT_ERROR
+        return EXIT_ERROR, f"\nApply interrupted; state saved. Done: {done}.\n"
     if result.failed:
-        for action, why in result.failed:
-            deps.err.write(f"Error: {action.kind.value} {action.record or action.vast_id}: {why}\n")
-        deps.err.write(f"\nApply finished with errors. Done: {done}.\n")
-        return EXIT_ERROR
-    deps.out.write(f"\nApply complete! {done}.\n")
-    return EXIT_OK
+        lines = [
+            f"Error: {a.kind.value} {a.record or a.vast_id}: {why}\n" for a, why in result.failed
+        ]
+        return EXIT_ERROR, "".join(lines) + f"\nApply finished with errors. Done: {done}.\n"
+    return EXIT_OK, f"\nApply complete! {done}.\n"
 
 
 # --- down ----------------------------------------------------------------------------------
@@ -448,49 +458,3 @@ def cost(
 
 
 # --- pin / unpin ---------------------------------------------------------------------------
-
-# The lock operations of a long-running controller (`up` runs `watch` once it has applied).
-CONTROLLER_OPERATIONS = frozenset({"watch"})
-
-
-def parse_duration(text: str) -> float:
-    """`90s`, `30m`, `2h`, `1d`: seconds, more than zero."""
-    match = ledger_view.DURATION.match(text.strip())
-    seconds = float(match[1]) * ledger_view.UNITS[match[2]] if match else 0.0
-    if seconds <= 0:
-        raise OperationError(
-            f"--for {text!r}: use a number and a unit, e.g. 90s, 30m, 2h or 1d (more than zero)"
-        )
-    return seconds
-
-
-def pin(deps: Deps, order: PinOrder) -> int:
-    """Hold a machine for a person (or end that hold: `order.unpin`): no net, money-chain step or
-    scale-down ends or stops it while the pin lasts. Only the state changes; vast is not called.
-    While `watch` runs it holds the state lock: the order is left in its mailbox, and it decides
-    it under its own lock at its next loop turn (within about a second)."""
-    try:
-        with deps.journal("unpin" if order.unpin else "pin") as journal:
-            outcome = _decided(journal.records(), order, journal.lineage, deps.clock.now())
-            if outcome.changed:
-                journal.save(outcome.records)
-                log_pin(journal, outcome)
-    except StateLockedError as exc:
-        if exc.info.operation not in CONTROLLER_OPERATIONS or exc.liveness is Liveness.DEAD:
-            raise
-        orders.leave(deps.state_dir, order, at=deps.clock.now())
-        deps.out.write(
-            f"`ray-vast watch` (pid {exc.info.pid} on {exc.info.host}) holds the state: the "
-            f"{'unpin' if order.unpin else 'pin'} of {order.target} is handed to it, and it takes "
-            "it within a second (`ray-vast ledger --class pin` shows it, `status` the pin).\n"
-        )
-        return EXIT_OK
-    deps.out.write(pins_view.said(outcome, order) + "\n")
-    return EXIT_OK
-
-
-def _decided(records: Records, order: PinOrder, lineage: str, now: float) -> pins.PinOutcome:
-    try:
-        return pins.decide(records, order, lineage=lineage, now=now)
-    except pins.PinRefused as exc:
-        raise OperationError(str(exc)) from exc

@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler import planfile
+from reconciler import handoff, planfile
 from reconciler.deps import Deps, closed
 from reconciler.errors import InputError
 from reconciler.model.spec import ClusterSpec
 from reconciler.operations import StalePlanError, apply_saved
+from reconciler.state.errors import StateLockedError
 from reconciler.state.lock import Identity
 from reconciler.state.reviewed import (
     APPLIED,
@@ -123,12 +124,27 @@ def apply_reviewed(
         )
     saved = planfile.loads(found.plan, f"the reviewed plan of tree {tree.tree[:12]}")
     try:
-        code = apply_saved(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)
+        code = handed_or_applied(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)
     except StalePlanError as exc:
         _mark(deps, tree.tree, STALE, str(exc), only_from=PENDING)  # an apply that won stays
         raise
-    _mark(deps, tree.tree, APPLIED, f"applied on commit {tree.commit[:12]}, exit {code}")
+    if code == StalePlanError.exit_code:  # the controller found it stale
+        _mark(deps, tree.tree, STALE, "stale, said the controller", only_from=PENDING)
+    elif code == 0:
+        _mark(deps, tree.tree, APPLIED, f"applied on commit {tree.commit[:12]}")
     return code
+
+
+def handed_or_applied(
+    deps: Deps, saved: planfile.SavedPlan, specs: list[ClusterSpec], *, allow_mass_destroy: bool
+) -> int:
+    """`apply PLAN`: under this command's own lock, or handed to the live `watch` that holds it."""
+    try:
+        return apply_saved(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)
+    except StateLockedError as refused:
+        if not handoff.to_controller(refused):
+            raise
+        return handoff.apply(deps, refused, saved, specs, allow_mass_destroy=allow_mass_destroy)
 
 
 def _mark(deps: Deps, tree: str, status: str, outcome: str, only_from: str | None = None) -> None:

@@ -1,6 +1,6 @@
 """The ledger line of a person's pin or unpin, once it is decided and saved.
 
-Two places decide a pin: `ray-vast pin` under its own state lock (`operations.pin`), and a
+Two places decide a pin: `ray-vast pin` under its own state lock (`handoff.pin`), and a
 running `watch` taking the order from its mailbox (`watch/runner.py`). Both write the same line,
 so it is written here, below both of them.
 """

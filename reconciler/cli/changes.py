@@ -158,7 +158,9 @@ def apply(
         elif planfile.looks_like_plan(target):
             saved = _saved_plan(target)
             specs = context.specs(Path(saved.spec_path))
-            code = operations.apply_saved(deps, saved, specs, allow_mass_destroy=allow_mass_destroy)
+            code = reviewing.handed_or_applied(
+                deps, saved, specs, allow_mass_destroy=allow_mass_destroy
+            )
         else:
             specs = context.specs(target, warn=True)
             code = operations.apply_specs(

@@ -1,7 +1,7 @@
 """The commands that hold a machine for a person, or let it go: `pin` and `unpin`.
 
 They change only the state, never vast; while `watch` (or `up`) holds the state lock the order is
-handed to it (`reconciler.operations.pin`). Who holds a pin is recorded as `$USER@host`.
+handed to it (`reconciler.handoff.pin`). Who holds a pin is recorded as `$USER@host`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from reconciler import operations
+from reconciler import handoff
 from reconciler.cli import context
 from reconciler.cli.options import LockTimeout, PinTarget, StateDirOption
 from reconciler.model.orders import PinOrder
@@ -56,9 +56,9 @@ def pin(
     """
     deps = context.deps(state_dir, lock_timeout)
     with context.reported(deps):
-        seconds = operations.parse_duration(for_) if for_ is not None else None
+        seconds = handoff.parse_duration(for_) if for_ is not None else None
         order = PinOrder(target, _who(dict(deps.env)), reason, seconds)
-        code = operations.pin(deps, order)
+        code = handoff.pin(deps, order)
     raise typer.Exit(code)
 
 
@@ -77,5 +77,5 @@ def unpin(
     deps = context.deps(state_dir, lock_timeout)
     with context.reported(deps):
         order = PinOrder(target, _who(dict(deps.env)), unpin=True)
-        code = operations.pin(deps, order)
+        code = handoff.pin(deps, order)
     raise typer.Exit(code)

@@ -1,10 +1,16 @@
-"""The mailbox through which a person's order reaches a running `watch`.
+"""The mailbox through which a person's or a pipeline's order reaches the running `watch`.
 
-`watch` holds the state lock for as long as it runs, so a command that changes a record
-(`ray-vast pin`) cannot take it. It leaves the order as a file in `<state_dir>/orders/` (0600,
-written atomically) instead; the controller takes every order at its next loop turn, decides it
-under its own records lock, ledgers it, and removes the file. An order that cannot be read is
-moved aside (`*.bad`), never lost silently.
+While `watch` runs it holds the state's lock, and it is the state's one writer (DESIGN.md 11): a
+command that would change the state (`pin`, `unpin`, `apply PLAN`, `apply --reviewed`) leaves an
+order instead, in the state's backend, so it works from any machine the state is shared with.
+The controller takes the waiting orders at its next loop turn, oldest first, decides each under
+its own lease, ledgers it and answers (an exit code and a message); the command that waits for
+the answer (`apply`) says it and exits with its code. An order that cannot be read is answered as
+refused, never lost silently; an order withdrawn before it was taken (its command gave up
+waiting) is never carried out.
+
+Files here for a state of files (`<state dir>/orders/`, 0600, each written whole), `rv_orders`
+for a database (`state/sql/orders.py`).
 """
 
 from __future__ import annotations
@@ -12,52 +18,106 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from reconciler.model.orders import PinOrder
+from reconciler.state.files import ensure_private_dir, write_temp
 
 ORDERS_DIR = "orders"
+PIN, APPLY = "pin", "apply"
 
 
-def orders_dir(state_dir: Path) -> Path:
-    return state_dir / ORDERS_DIR
+@dataclass(frozen=True)
+class Order:
+    """One order: its kind (pin or apply), what it says, when and by whom it was left."""
+
+    id: str
+    kind: str
+    body: dict[str, Any]
+    at: float
+    by: str = ""
+
+    @classmethod
+    def new(cls, kind: str, body: dict[str, Any], *, at: float, by: str = "") -> Order:
+        return cls(f"{at:017.6f}-{secrets.token_hex(4)}", kind, body, at, by)
+
+    @classmethod
+    def pin(cls, order: PinOrder, *, at: float) -> Order:
+        return cls.new(PIN, asdict(order), at=at, by=order.who)
+
+    def pin_order(self) -> PinOrder:
+        return PinOrder(**self.body)
 
 
-def leave(state_dir: Path, order: PinOrder, *, at: float) -> Path:
-    """Write one order for the running controller; the file appears whole or not at all."""
-    folder = orders_dir(state_dir)
-    folder.mkdir(mode=0o700, exist_ok=True)
-    name = f"{at:017.6f}-{secrets.token_hex(4)}"
-    temp = folder / f".{name}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump({"kind": "pin", "order": asdict(order), "at": at}, out)
-        out.flush()
-        os.fsync(out.fileno())
-    final = folder / f"{name}.json"
-    os.replace(temp, final)
-    return final
+@dataclass(frozen=True)
+class Answer:
+    code: int
+    message: str
 
 
-def take(state_dir: Path) -> Iterator[tuple[Path, PinOrder | None]]:
-    """The orders waiting, oldest first; None for one that cannot be read (the caller moves it
-    aside with `reject`)."""
-    folder = orders_dir(state_dir)
-    if not folder.is_dir():
-        return
-    for path in sorted(folder.glob("*.json")):
+class OrderQueue(Protocol):
+    def leave(self, order: Order) -> None: ...
+
+    def waiting(self) -> list[Order | str]:
+        """The orders not yet answered, oldest first (an id for one that cannot be read)."""
+        ...
+
+    def answer(self, order_id: str, answer: Answer) -> None: ...
+
+    def answer_of(self, order_id: str) -> Answer | None: ...
+
+    def withdraw(self, order_id: str) -> bool:
+        """Take back an order not yet answered; False when the controller answered it."""
+        ...
+
+
+class FileOrders:
+    """`<state dir>/orders/<id>.json`, answered by `<id>.answer` (the order file removed)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.folder = state_dir / ORDERS_DIR
+
+    def leave(self, order: Order) -> None:
+        ensure_private_dir(self.folder)
+        doc = {"id": order.id, "kind": order.kind, "order": order.body, "at": order.at}
+        final = self.folder / f"{order.id}.json"
+        os.replace(write_temp(final, json.dumps({**doc, "by": order.by}).encode()), final)
+
+    def path_of(self, order_id: str) -> Path:
+        return self.folder / f"{order_id}.json"
+
+    def waiting(self) -> list[Order | str]:
+        if not self.folder.is_dir():
+            return []
+        found: list[Order | str] = []
+        for path in sorted(self.folder.glob("*.json")):
+            try:
+                doc = json.loads(path.read_text())
+                found.append(Order(path.stem, doc["kind"], dict(doc["order"]), float(doc["at"]),
+                                   str(doc.get("by", ""))))  # fmt: skip
+            except (OSError, ValueError, KeyError, TypeError):
+                found.append(path.stem)
+        return found
+
+    def answer(self, order_id: str, answer: Answer) -> None:
+        ensure_private_dir(self.folder)
+        final = self.folder / f"{order_id}.answer"
+        data = json.dumps({"code": answer.code, "message": answer.message}).encode()
+        os.replace(write_temp(final, data), final)
+        self.path_of(order_id).unlink(missing_ok=True)
+
+    def answer_of(self, order_id: str) -> Answer | None:
         try:
-            doc = json.loads(path.read_text())
-            yield path, PinOrder(**doc["order"])
-        except (OSError, ValueError, KeyError, TypeError):
-            yield path, None
+            doc = json.loads((self.folder / f"{order_id}.answer").read_text())
+        except (OSError, ValueError):
+            return None
+        return Answer(int(doc["code"]), str(doc["message"]))
 
-
-def done(path: Path) -> None:
-    path.unlink(missing_ok=True)
-
-
-def reject(path: Path) -> None:
-    path.replace(path.with_suffix(".bad"))
+    def withdraw(self, order_id: str) -> bool:
+        try:
+            self.path_of(order_id).rename(self.folder / f"{order_id}.withdrawn")
+        except FileNotFoundError:
+            return False  # taken and answered meanwhile
+        return True

@@ -18,14 +18,10 @@ from typing import Protocol, runtime_checkable
 
 from reconciler.applying.journal import Journal
 from reconciler.applying.launch import ImageLauncher, Launcher
-from reconciler.applying.pinlog import log_pin
 from reconciler.applying.provider import Provider
 from reconciler.deps import Deps
-from reconciler.model.orders import PinOrder
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning import pins
 from reconciler.spec.loader import LoadResult
-from reconciler.state import orders
 from reconciler.state.backend import lease_seconds
 from reconciler.state.errors import LockLostError, StateLockedError
 from reconciler.state.ledger import ledger_path
@@ -33,6 +29,7 @@ from reconciler.views import diagnostics as diag_view
 from reconciler.watch.containment import FAILURE_BACKOFF
 from reconciler.watch.controller import Controller, TickReport
 from reconciler.watch.metrics import DollarCounter, Gauges, MetricsServer
+from reconciler.watch.orders import mailbox, take_orders
 from reconciler.watch.served import Served
 from reconciler.watch.signals import AgentSignals, Signals
 from reconciler.watch.source import GitError, SpecSource
@@ -186,7 +183,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
             try:
                 controller.journal.check_lease()
                 _reload(options.source, controller, deps, logger, services, served=served)
-                take_orders(deps.state_dir, controller, logger)
+                take_orders(mailbox(controller, deps.state_dir), controller, logger)
                 started = time.monotonic()
                 report = controller.tick()
                 _follow(served, services, controller)
@@ -281,35 +278,6 @@ def _reload(
     _follow(served or Served(), services, controller, force=True)
     revision = f" at revision {source.revision}" if source.revision else ""
     logger.info("specs reloaded%s: %s", revision, ", ".join(s.name for s in loaded.clusters))
-
-
-def take_orders(state_dir: Path, controller: Controller, logger: logging.Logger) -> None:
-    """A person's orders left for this watch (`ray-vast pin` while it holds the lock): each is
-    decided under the records lock and ledgered, then its file is removed."""
-    for path, order in orders.take(state_dir):
-        if order is None:
-            logger.warning("an order in %s cannot be read; moved aside as .bad", path)
-            orders.reject(path)
-            continue
-        with controller.lock:
-            records = controller.records()
-            try:
-                outcome = pins.decide(
-                    records, order, lineage=controller.journal.lineage, now=controller.clock.now()
-                )
-            except pins.PinRefused as exc:
-                logger.warning("%s of %s refused: %s", _verb(order), order.target, exc)
-                orders.done(path)
-                continue
-            if outcome.changed:
-                controller.journal.save(outcome.records)
-                log_pin(controller.journal, outcome)
-        logger.info("%s: %s (%s)", _verb(order), pins.name(outcome.record), outcome.message)
-        orders.done(path)
-
-
-def _verb(order: PinOrder) -> str:
-    return "unpin" if order.unpin else "pin"
 
 
 def _report_invalid(deps: Deps, loaded: LoadResult | None) -> None:

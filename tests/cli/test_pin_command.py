@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reconciler import operations
+from reconciler import handoff, operations
 from reconciler.applying.journal import records_of
 from reconciler.cli import app
 from reconciler.clock import FakeClock
@@ -91,8 +91,8 @@ def test_pin_for_a_duration_holds_the_machine_until_then_and_is_ledgered(tmp_pat
     make_state(tmp_path, clock)
     before = instances(tmp_path)
     d, out = deps(tmp_path, clock)
-    order = PinOrder("20000001", "alice@box", None, operations.parse_duration("2h"))
-    assert operations.pin(d, order) == 0
+    order = PinOrder("20000001", "alice@box", None, handoff.parse_duration("2h"))
+    assert handoff.pin(d, order) == 0
     after = instances(tmp_path)
     pinned = after["i1"]
     assert (pinned.pinned_by, pinned.pinned_until) == ("alice@box", NOW + 7200)
@@ -120,9 +120,9 @@ def test_pin_of_a_pinned_record_replaces_the_pin(tmp_path: Path):
     clock = FakeClock(NOW)
     make_state(tmp_path, clock)
     d, out = deps(tmp_path, clock)
-    operations.pin(d, PinOrder("i1", "alice@box", None, 3600.0))
+    handoff.pin(d, PinOrder("i1", "alice@box", None, 3600.0))
     clock.advance(600)
-    operations.pin(d, PinOrder("i1", "bob@box", "eval run", None))
+    handoff.pin(d, PinOrder("i1", "bob@box", "eval run", None))
     pinned = instances(tmp_path)["i1"]
     assert (pinned.pinned_by, pinned.pinned_until) == ("bob@box (eval run)", None)
     assert pinned.held(NOW + 10 * 86400)  # until unpinned
@@ -142,9 +142,9 @@ def test_an_ended_pin_is_not_replaced_but_pinned_anew(tmp_path: Path):
     clock = FakeClock(NOW)
     make_state(tmp_path, clock)
     d, _ = deps(tmp_path, clock)
-    operations.pin(d, PinOrder("i1", "alice@box", None, 60.0))
+    handoff.pin(d, PinOrder("i1", "alice@box", None, 60.0))
     clock.advance(61)
-    operations.pin(d, PinOrder("i1", "alice@box", None, 60.0))
+    handoff.pin(d, PinOrder("i1", "alice@box", None, 60.0))
     assert instances(tmp_path)["i1"].pinned_until == NOW + 121
     assert [e["data"]["replaces"] for e in ledger(tmp_path, "pin")] == [None, None]  # type: ignore[index]
 
@@ -153,8 +153,8 @@ def test_unpin_ends_a_persons_pin_and_leaves_rays_hold(tmp_path: Path):
     clock = FakeClock(NOW)
     make_state(tmp_path, clock)
     d, out = deps(tmp_path, clock)
-    operations.pin(d, PinOrder("i2", "alice@box", None, None))
-    assert operations.pin(d, PinOrder("20000002", "bob@box", unpin=True)) == 0
+    handoff.pin(d, PinOrder("i2", "alice@box", None, None))
+    assert handoff.pin(d, PinOrder("20000002", "bob@box", unpin=True)) == 0
     record = instances(tmp_path)["i2"]
     assert (record.pinned_by, record.pinned_until, record.pinned) == (None, None, True)
     assert "Ray reports work on it, which still holds it" in out.getvalue()
@@ -165,7 +165,7 @@ def test_unpin_ends_a_persons_pin_and_leaves_rays_hold(tmp_path: Path):
     }
     # unpinning again changes nothing and writes nothing
     snapshot = FileStore(tmp_path, clock=clock).read()
-    assert operations.pin(d, PinOrder("i2", "bob@box", unpin=True)) == 0
+    assert handoff.pin(d, PinOrder("i2", "bob@box", unpin=True)) == 0
     assert FileStore(tmp_path, clock=clock).read().serial == snapshot.serial  # type: ignore[union-attr]
     assert len(ledger(tmp_path, "unpin")) == 1
     assert "is not pinned by a person" in out.getvalue()
@@ -186,7 +186,7 @@ def test_pin_refuses_unknown_ended_and_foreign_records(tmp_path: Path, target: s
     before = FileStore(tmp_path, clock=clock).read()
     d, _ = deps(tmp_path, clock)
     with pytest.raises(operations.OperationError, match="^" + re.escape(says)):
-        operations.pin(d, PinOrder(target, "alice@box"))
+        handoff.pin(d, PinOrder(target, "alice@box"))
     after = FileStore(tmp_path, clock=clock).read()
     assert after is not None and before is not None and after.serial == before.serial
     assert ledger(tmp_path, "pin") == []
@@ -196,11 +196,11 @@ def test_pin_refuses_unknown_ended_and_foreign_records(tmp_path: Path, target: s
 @pytest.mark.parametrize("text", ["2x", "h", "0m", "-5m", "1.5.2h", ""])
 def test_bad_durations_are_refused(text: str):
     with pytest.raises(operations.OperationError, match="use a number and a unit"):
-        operations.parse_duration(text)
+        handoff.parse_duration(text)
 
 
 def test_durations():
-    assert [operations.parse_duration(t) for t in ("90s", "30m", "2h", "1d", "1.5h")] == [
+    assert [handoff.parse_duration(t) for t in ("90s", "30m", "2h", "1d", "1.5h")] == [
         90,
         1800,
         7200,
@@ -213,7 +213,7 @@ def test_a_pin_shows_in_status(tmp_path: Path):
     clock = FakeClock(NOW)
     lineage = make_state(tmp_path, clock)
     d, _ = deps(tmp_path, clock)
-    operations.pin(d, PinOrder("i1", "alice@box", None, 6 * 3600.0))
+    handoff.pin(d, PinOrder("i1", "alice@box", None, 6 * 3600.0))
     records, _, serial = d.read_records()
     view = status_view.build(records, [], [], lineage=lineage, serial=serial, now=NOW, error=None)
     text = status_view.human(view)
@@ -281,9 +281,10 @@ def test_a_running_watch_is_handed_the_pin_and_decides_it_under_its_own_lock(tmp
         assert outcome.exit_code == 0, outcome.output
         assert "`ray-vast watch` (pid 4242 on head) holds the state" in outcome.stdout
         assert instances(tmp_path)["i1"].pinned_by is None  # not yet: the watch decides it
-        waiting = list(orders.take(tmp_path))
-        assert [o.target for _, o in waiting if o] == ["i1"]
-        assert oct(waiting[0][0].stat().st_mode & 0o777) == "0o600"
+        mailbox = orders.FileOrders(tmp_path)
+        waiting = [o for o in mailbox.waiting() if isinstance(o, orders.Order)]
+        assert [o.pin_order().target for o in waiting] == ["i1"]
+        assert oct(mailbox.path_of(waiting[0].id).stat().st_mode & 0o777) == "0o600"
     finally:
         watch.unlock()
 

@@ -18,7 +18,7 @@ from fleetsim.harness import START, fleet
 from reconciler.model.orders import PinOrder
 from reconciler.model.records import Intent, Phase
 from reconciler.state import orders
-from reconciler.watch.runner import take_orders
+from reconciler.watch.orders import take_orders
 from tests.scenarios.world import (
     H,
     M,
@@ -47,9 +47,11 @@ def test_a_quiet_machine_that_is_pinned_is_neither_stopped_nor_destroyed(tmp_pat
         a, b = sorted(workers(f, "held"))
         # `ray-vast pin A --for 2h` while watch runs: the order goes to watch's mailbox, and its
         # loop takes it at its next turn
-        orders.leave(tmp_path, PinOrder(str(a), "alice@box", seconds=2 * H), at=f.clock.now())
-        take_orders(tmp_path, f.controller, logging.getLogger("scenario"))
-        assert not list(orders.take(tmp_path))
+        mailbox = orders.FileOrders(tmp_path)
+        pin = PinOrder(str(a), "alice@box", seconds=2 * H)
+        mailbox.leave(orders.Order.pin(pin, at=f.clock.now()))
+        take_orders(mailbox, f.controller, logging.getLogger("scenario"))
+        assert mailbox.waiting() == []
         assert [e["record"] for e in lines(f, "pin")]
         run(f, START + 1 * H)
         assert a in workers(f, "held")  # quiet for 50 minutes, held by the pin

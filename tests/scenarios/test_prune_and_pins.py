@@ -22,7 +22,7 @@ from reconciler.model.records import Records
 from reconciler.planning import teardown
 from reconciler.state import orders
 from reconciler.views import status as status_view
-from reconciler.watch.runner import take_orders
+from reconciler.watch.orders import take_orders
 from tests.scenarios.world import M, Signals, alive, cluster, ended_by, lines, run, workers
 
 GONE = cluster("gone", min_workers=3, max_workers=3, factor=1)
@@ -44,8 +44,9 @@ class Story:
 
     def order(self, order: PinOrder) -> None:
         """`ray-vast pin` / `unpin` while watch runs: through its mailbox."""
-        orders.leave(self.state_dir, order, at=self.f.clock.now())
-        take_orders(self.state_dir, self.f.controller, logging.getLogger("scenario"))
+        mailbox = orders.FileOrders(self.state_dir)
+        mailbox.leave(orders.Order.pin(order, at=self.f.clock.now()))
+        take_orders(mailbox, self.f.controller, logging.getLogger("scenario"))
 
     def record_of(self, vast_id: int) -> str:
         records = self.f.controller.records()

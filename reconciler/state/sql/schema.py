@@ -7,7 +7,8 @@ One schema for SQLite and PostgreSQL, many workspaces (states) in one database:
 - `rv_fencing`: the workspace's fencing counter, which only grows (it outlives every lease);
 - `rv_locks`: the lease, with everything the holder says about itself;
 - `rv_ledger`: the ledger's lines, as the file ledger writes them;
-- `rv_plans` (schema 2): the reviewed plans, by the git tree hash of the specs they planned.
+- `rv_plans` (schema 2): the reviewed plans, by the git tree hash of the specs they planned;
+- `rv_orders` (schema 3): what commands on any machine leave for the running `watch`.
 
 `rv_meta.schema_version` says which schema a database holds. Bringing a database up to date runs
 each step in its own transaction, serialised between processes (an advisory lock on PostgreSQL,
@@ -20,7 +21,7 @@ from __future__ import annotations
 from reconciler.state.errors import StateTooNewError
 from reconciler.state.sql.dialect import Connection, Dialect
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 HISTORY_KEPT = 10
 # The advisory lock that serialises schema changes on PostgreSQL.
 MIGRATION_LOCK = 726563617374
@@ -45,6 +46,12 @@ _STEPS: dict[int, tuple[str, ...]] = {
         " head_sha TEXT NOT NULL, status TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,"
         " created_by TEXT NOT NULL, body TEXT NOT NULL, outcome TEXT NOT NULL,"
         " PRIMARY KEY (workspace, spec_tree))",
+    ),
+    3: (
+        "CREATE TABLE IF NOT EXISTS rv_orders (id TEXT NOT NULL, workspace TEXT NOT NULL,"
+        " kind TEXT NOT NULL, body TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,"
+        " by_whom TEXT NOT NULL, state TEXT NOT NULL, code BIGINT, message TEXT,"
+        " PRIMARY KEY (workspace, id))",
     ),
 }
 

@@ -1,0 +1,131 @@
+"""While `watch` runs it is the state's one writer: what the commands that would write do then.
+
+`pin`, `unpin` and `apply` (of a saved plan, or the reviewed plan of a merge) take the state's
+lock when no controller holds it, as before. When a live `watch` holds it (on this machine or
+any other sharing the state's database), they leave an order in the state's mailbox
+(`state/orders.py`) instead: a pin is handed over and the command returns; an apply waits for
+the controller's answer (it re-checks the plan for staleness under its own lease and carries it
+out with its own applier, `watch/orders.py`), says it, and exits with its code. An apply whose
+answer does not come in time is withdrawn, unless the controller took it meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from reconciler import planfile
+from reconciler.applying.pinlog import log_pin
+from reconciler.deps import Deps, closed
+from reconciler.model.orders import PinOrder
+from reconciler.model.records import Records
+from reconciler.model.spec import ClusterSpec
+from reconciler.operations import EXIT_ERROR, EXIT_OK, OperationError
+from reconciler.planning import pins
+from reconciler.state.errors import Liveness, StateLockedError
+from reconciler.state.lock import Identity
+from reconciler.state.orders import APPLY, FileOrders, Order, OrderQueue
+from reconciler.state.sql.orders import SqlOrders
+from reconciler.state.sql.store import SqlStore
+from reconciler.views import ledger as ledger_view
+from reconciler.views import pins as pins_view
+
+# The lock operations of a long-running controller (`up` runs `watch` once it has applied).
+CONTROLLER_OPERATIONS = frozenset({"watch"})
+# How long an apply waits for the controller's answer, and how often it looks.
+ANSWER_WAIT_SECONDS = 900.0
+ANSWER_POLL_SECONDS = 0.5
+
+
+def to_controller(refused: StateLockedError) -> bool:
+    """Whether a refused lock is a live controller's: the command hands itself to it."""
+    return refused.info.operation in CONTROLLER_OPERATIONS and refused.liveness is not Liveness.DEAD
+
+
+@contextlib.contextmanager
+def queue(deps: Deps) -> Iterator[OrderQueue]:
+    """The state's mailbox: its database's, or its directory's files."""
+    store = deps.store()
+    try:
+        yield SqlOrders(store.link) if isinstance(store, SqlStore) else FileOrders(deps.state_dir)
+    finally:
+        closed(store, unlock=False)
+
+
+def pin(deps: Deps, order: PinOrder) -> int:
+    """Hold a machine for a person (or end that hold: `order.unpin`): no net, money-chain step or
+    scale-down ends or stops it while the pin lasts. Only the state changes; vast is not called.
+    While `watch` runs the order is left in its mailbox, and it decides it under its own lock at
+    its next loop turn (within about a second)."""
+    try:
+        with deps.journal("unpin" if order.unpin else "pin") as journal:
+            outcome = _decided(journal.records(), order, journal.lineage, deps.clock.now())
+            if outcome.changed:
+                journal.save(outcome.records)
+                log_pin(journal, outcome)
+    except StateLockedError as exc:
+        if not to_controller(exc):
+            raise
+        with queue(deps) as mailbox:
+            mailbox.leave(Order.pin(order, at=deps.clock.now()))
+        deps.out.write(
+            f"`ray-vast watch` (pid {exc.info.pid} on {exc.info.host}) holds the state: the "
+            f"{'unpin' if order.unpin else 'pin'} of {order.target} is handed to it, and it takes "
+            "it within a second (`ray-vast ledger --class pin` shows it, `status` the pin).\n"
+        )
+        return EXIT_OK
+    deps.out.write(pins_view.said(outcome, order) + "\n")
+    return EXIT_OK
+
+
+def parse_duration(text: str) -> float:
+    """`90s`, `30m`, `2h`, `1d`: seconds, more than zero (a pin's `--for`)."""
+    match = ledger_view.DURATION.match(text.strip())
+    seconds = float(match[1]) * ledger_view.UNITS[match[2]] if match else 0.0
+    if seconds <= 0:
+        raise OperationError(
+            f"--for {text!r}: use a number and a unit, e.g. 90s, 30m, 2h or 1d (more than zero)"
+        )
+    return seconds
+
+
+def _decided(records: Records, order: PinOrder, lineage: str, now: float) -> pins.PinOutcome:
+    try:
+        return pins.decide(records, order, lineage=lineage, now=now)
+    except pins.PinRefused as exc:
+        raise OperationError(str(exc)) from exc
+
+
+def apply(
+    deps: Deps,
+    refused: StateLockedError,
+    saved: planfile.SavedPlan,
+    specs: Sequence[ClusterSpec],
+    *,
+    allow_mass_destroy: bool,
+) -> int:
+    """Hand a saved plan to the controller that holds the state, and wait for its answer."""
+    body = {
+        "plan": planfile.dumps(saved).decode(),
+        "specs": [s.document for s in specs],
+        "allow_mass_destroy": allow_mass_destroy,
+    }
+    order = Order.new(APPLY, body, at=deps.clock.now(), by=Identity.current().who)
+    info = refused.info
+    deps.out.write(
+        f"`ray-vast {info.operation}` (pid {info.pid} on {info.host}) holds the state: the plan"
+        f" is handed to it (order {order.id}); waiting for its answer.\n"
+    )
+    deps.out.flush()
+    with queue(deps) as mailbox:
+        mailbox.leave(order)
+        deadline = deps.clock.now() + ANSWER_WAIT_SECONDS
+        while (answer := mailbox.answer_of(order.id)) is None:
+            if deps.clock.now() >= deadline and mailbox.withdraw(order.id):
+                raise OperationError(
+                    f"the controller did not answer order {order.id} in"
+                    f" {ANSWER_WAIT_SECONDS:.0f} s; it was withdrawn, nothing was applied"
+                )
+            deps.clock.sleep(ANSWER_POLL_SECONDS)
+    deps.out.write(answer.message.rstrip("\n") + "\n")
+    return answer.code if answer.code in (EXIT_OK, EXIT_ERROR, 3) else EXIT_ERROR

@@ -1,10 +1,11 @@
 """Each cluster's generation: a digest of what a plan of it was made from (DESIGN.md 11).
 
 A saved plan is stale only when a cluster it covers changed since it was made: its instances,
-requests, blocklist, breakers, pools or cluster record, read without the fields that are the
-world's telemetry rather than decisions (a heartbeat's time, a listing's sighting, an idle
-sample). So a `watch` answering heartbeats for hours, or a change to another cluster, never stales
-a reviewed plan; a rental, a destroy, a pin, a breaker's trip does. The global serial stays what
+requests, blocklist, breakers or cluster record, read without the fields that are the world's
+telemetry rather than decisions (a heartbeat's time, a listing's sighting, an idle sample; a
+pool's idle-since, which the nets read and no plan acts on). So a `watch` answering heartbeats
+for hours, or a change to another cluster, never stales a reviewed plan; a rental, a destroy, a
+pin, a breaker's trip does. The global serial stays what
 every write's compare-and-swap checks: generations are for plans, not for writes (Atlantis scopes
 its locks per project the same way).
 """
@@ -45,7 +46,6 @@ def generation(records: Records, cluster: str) -> str:
         "requests": {i: encode(r) for i, r in records.requests.items() if r.cluster == cluster},
         "blocklist": encode(records.blocklist.get(cluster, {})),
         "breakers": {k: encode(b) for k, b in records.breakers.items() if _of(k, cluster)},
-        "pools": {k: encode(p) for k, p in records.pools.items() if _of(k, cluster)},
         "cluster": encode(records.clusters.get(cluster)),
     }
     text = json.dumps(part, sort_keys=True, separators=(",", ":"), default=str)
@@ -62,5 +62,5 @@ def moved(before: Mapping[str, str], records: Records) -> list[str]:
 
 
 def _of(key: str, cluster: str) -> bool:
-    """Breaker and pool keys are `cluster/node_type` (or the cluster alone)."""
+    """Breaker keys are `cluster/node_type` (or the cluster alone)."""
     return key == cluster or key.startswith(cluster + "/")

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-# The account key and the variable vast gives each container for its own instance key.
-SECRET_VARIABLES = frozenset({"VAST_API_KEY", "CONTAINER_API_KEY"})
+# The account key, the variable vast gives each container for its own instance key, and the
+# shared state's URL (it may carry the database's password: a Ray job must not reach the state).
+SECRET_VARIABLES = frozenset({"VAST_API_KEY", "CONTAINER_API_KEY", "RAY_VAST_STATE_URL"})
 
 
 def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -13,6 +13,7 @@ from tests.waiting import wait_for
 
 def test_child_environment_drops_the_secrets_and_keeps_the_rest() -> None:
     env = {"VAST_API_KEY": "k-123", "CONTAINER_API_KEY": "c-456", "PATH": "/bin", "RAY_X": "1"}
+    env["RAY_VAST_STATE_URL"] = "postgresql://rv:pw@db/rv"  # the database's password
     assert child_environment(env) == {"PATH": "/bin", "RAY_X": "1"}
 
 

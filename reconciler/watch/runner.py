@@ -29,6 +29,7 @@ from reconciler.views import diagnostics as diag_view
 from reconciler.watch.containment import FAILURE_BACKOFF
 from reconciler.watch.controller import Controller, TickReport
 from reconciler.watch.metrics import DollarCounter, Gauges, MetricsServer
+from reconciler.watch.notify import RevisionStatus
 from reconciler.watch.orders import mailbox, take_orders
 from reconciler.watch.served import Served
 from reconciler.watch.signals import AgentSignals, Signals
@@ -176,13 +177,17 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     ledger = None if deps.in_database else ledger_path(deps.state_dir)
     dollars = DollarCounter(deps.clock.now(), ledger) if metrics else None
     served = Served()
+    told = RevisionStatus(deps.env, logger)
+    told.say(options.source.revision, "success", "reconciling " + ", ".join(controller.specs))
     ticks = 0
     failures = 0  # loop turns in a row that raised past the controller's own containment
     try:
         while not options.stop.is_set():
             try:
                 controller.journal.check_lease()
-                _reload(options.source, controller, deps, logger, services, served=served)
+                _reload(
+                    options.source, controller, deps, logger, services, served=served, told=told
+                )
                 take_orders(mailbox(controller, deps.state_dir), controller, logger)
                 started = time.monotonic()
                 report = controller.tick()
@@ -252,6 +257,7 @@ def _reload(
     services: Sequence[Service] = (),
     *,
     served: Served | None = None,
+    told: RevisionStatus | None = None,
 ) -> None:
     try:
         loaded = source.poll()
@@ -272,12 +278,17 @@ def _reload(
                 f"the spec directory does not load ({detail}); the last good specs stay in force",
                 now=deps.clock.now(),
             )
+        if told is not None:
+            told.say(source.revision, "failure", f"specs do not load: {detail}")
         return
     controller.set_specs({s.name: s for s in loaded.clusters}, revision=source.revision)
     # what depends on the specs follows them (the head services, Ray's readers)
     _follow(served or Served(), services, controller, force=True)
     revision = f" at revision {source.revision}" if source.revision else ""
-    logger.info("specs reloaded%s: %s", revision, ", ".join(s.name for s in loaded.clusters))
+    names = ", ".join(s.name for s in loaded.clusters)
+    logger.info("specs reloaded%s: %s", revision, names)
+    if told is not None:
+        told.say(source.revision, "success", f"reconciling {names}")
 
 
 def _report_invalid(deps: Deps, loaded: LoadResult | None) -> None:

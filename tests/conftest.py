@@ -60,10 +60,17 @@ SLOW = (
     # a simulated day each (the bill against the meter; ray-vast simulate's runs)
     "scenarios/test_cost_against_meter.py",
     "cli/test_simulate_command.py",
+    # the pipeline harness's own tests: git worktrees and a bash per step
+    "ci/test_harness.py",
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# `.ci/run` runs the end-to-end tests in two lanes (each in a network namespace of its own):
+# RAY_VAST_E2E_SHARD=i/n keeps the e2e files whose place in the sorted list is i modulo n.
+SHARD_VARIABLE = "RAY_VAST_E2E_SHARD"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         # the test's file (and name) below tests/: a lane names a folder, a file or one test
         where = Path(str(item.fspath)).relative_to(HERE).as_posix()
@@ -72,6 +79,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if where.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+    shard = os.environ.get(SHARD_VARIABLE)
+    if shard:
+        _keep_shard(config, items, shard)
+
+
+def _keep_shard(config: pytest.Config, items: list[pytest.Item], shard: str) -> None:
+    index, count = (int(n) for n in shard.split("/"))
+    files = sorted({str(i.fspath) for i in items if i.get_closest_marker("e2e")})
+    mine = {f for n, f in enumerate(files) if n % count == index}
+    dropped = [i for i in items if i.get_closest_marker("e2e") and str(i.fspath) not in mine]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if i not in dropped]
 
 
 def _container_survivors(base: str) -> list[int]:

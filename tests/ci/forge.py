@@ -83,7 +83,9 @@ class Forge:
     def __enter__(self) -> Forge:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self))
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="forge", daemon=True)
+        # shutdown() waits for the loop's next poll: 0.05 s, not serve_forever's 0.5 s
+        serve = lambda: self.server.serve_forever(poll_interval=0.05)  # noqa: E731
+        self.thread = threading.Thread(target=serve, name="forge", daemon=True)
         self.thread.start()
         return self
 

@@ -19,7 +19,7 @@ import pytest
 from tests.served import LOCAL_SIM, ROOT, World
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
-POINTS = 8
+POINTS = 9
 
 
 def crash_run(world: World, point: int) -> subprocess.CompletedProcess[str]:
@@ -42,7 +42,8 @@ def count_points(world: World) -> int:
 
 def test_a_clean_apply_has_persistence_points(world: World) -> None:
     # the new state's first save, the plan's bookkeeping, then per rent: the pending create,
-    # the create call, the saved instance id: 2 + 3 x 2 = 8
+    # the create call, the saved instance id, and last the specs applied (for `status` with no
+    # spec directory): 2 + 3 x 2 + 1 = 9
     assert count_points(world) == POINTS
     assert world.run("down", "local-sim", "--auto-approve").returncode == 0
 

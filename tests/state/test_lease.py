@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,3 +233,40 @@ def test_a_database_of_a_newer_schema_is_refused_and_left_alone(backend: Backend
     )
     with pytest.raises(StateTooNewError, match="schema 99"):
         backend.store().read()
+
+
+OPENER = """
+import sys
+from pathlib import Path
+from reconciler.clock import SystemClock
+from reconciler.state.sql.dialect import Postgres, Sqlite
+from reconciler.state.sql.store import SqlStore
+
+kind, target = sys.argv[1:3]
+dialect = Sqlite(Path(target)) if kind == "sqlite" else Postgres(target, "postgresql://test")
+print("ready", flush=True)
+sys.stdin.readline()
+store = SqlStore(dialect, clock=SystemClock(), workspace="w")
+print("read", store.read(), flush=True)
+store.close()
+"""
+
+
+def test_two_processes_bring_an_empty_database_to_the_schema_at_once(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Each schema step runs in its own transaction, serialised between processes: two starting
+    together on an empty database both succeed (dstack#3219 deadlocked here)."""
+    if backend.server is not None:
+        backend.target = backend.server.new_database("empty_" + uuid.uuid4().hex[:8])
+    else:
+        backend.target = str(tmp_path / "empty.db")
+    with (
+        child(OPENER, backend.kind, backend.target) as one,
+        child(OPENER, backend.kind, backend.target) as two,
+    ):
+        assert one.read_line() == two.read_line() == "ready"
+        one.tell("go")
+        two.tell("go")
+        assert one.read_line() == two.read_line() == "read None"
+        assert one.wait() == two.wait() == 0

@@ -1,9 +1,13 @@
-"""Recorded state: the state store (file and memory) and the ledger writer.
+"""Recorded state: the state stores (files, memory, and a database: `sql/`), the ledger, the
+orders mailbox and the reviewed plans.
 
-The state is the reconciler's memory (records, intents, timers, blocklist, breaker) in one JSON
-file with Terraform's identity fields, written atomically under a lock; the ledger is the
-append-only history beside it. See `store` for the rules every store follows, `filestore` for the
-files on disk, `lock` for the lock, `versions` for format upgrades and `ledger` for the history.
+The state is the reconciler's memory (records, intents, timers, blocklist, breaker) with
+Terraform's identity fields, written under a lock; the ledger is the append-only history beside
+it. See `store` for the rules every store follows, `filestore` for the files on disk, `lock` for
+the file lock, `sql/` for SQLite and PostgreSQL (a lease for a lock, a compare-and-swap per
+write), `backend` for choosing one by URL, `orders` for what commands leave for a running `watch`,
+`reviewed` for the plans pull requests stored, `versions` for format upgrades and `ledger` for the
+history.
 
 May import `model`, `clock` and the error root; never `planning`, `applying`, `watch` or `cli`.
 """

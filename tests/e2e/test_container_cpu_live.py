@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.head.heartbeats import CPU_BUSY
 from tests.waiting import wait_for
 from vastsim import ProcessRunner
 from vastsim.containers.cgroups import cgroup_base, cgroup_pids
@@ -124,7 +125,10 @@ def test_a_quiet_container_next_to_a_busy_one_is_quiet(runner: ProcessRunner) ->
     print("B's cgroup line:", [x for x in calm["cgroup"].split() if "cpuacct" in x or "0::" in x])
 
     assert quiet_cgroup.name in calm["cgroup"]  # B sampled from inside its own cgroup
-    assert calm["host_fraction"] > 0.5  # the host was busy (A) while B sampled ...
+    # the host was busy (A) while B sampled: far above the head's busy mark, so the host-wide
+    # sample would have called B busy (not 0.5: on a loaded machine the hypervisor's steal and
+    # the test lanes beside this one keep A from both CPUs) ...
+    assert calm["host_fraction"] > 3 * CPU_BUSY
     assert calm["cpu_source"] == "cgroup"
     assert calm["cpu_fraction"] < 0.10  # ... and B says quiet: the old sample said busy
     assert busy["cpu_source"] == "cgroup"

@@ -26,6 +26,7 @@ from reconciler.model.applied import remembered
 from reconciler.model.generations import generations, moved
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Plan
+from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import teardown
 from reconciler.planning.guards import mass_destroys
@@ -414,10 +415,13 @@ def status(deps: Deps, specs: Sequence[ClusterSpec], *, as_json: bool) -> int:
     specs = specs or last_applied(records)
     listing: list[Instance] | None
     error = None
-    try:
-        listing = deps.provider(list(specs)).list_instances()
-    except VastError as exc:
-        listing, error = None, str(exc)
+    if _simulator_gone(deps, specs, records):
+        listing = []  # a simulator-only user after `down`: nothing runs, and no key to ask for
+    else:
+        try:
+            listing = deps.provider(list(specs)).list_instances()
+        except VastError as exc:
+            listing, error = None, str(exc)
     view = status_view.build(
         records, listing, specs, lineage=lineage, serial=serial, now=deps.clock.now(), error=error
     )
@@ -426,6 +430,13 @@ def status(deps: Deps, specs: Sequence[ClusterSpec], *, as_json: bool) -> int:
     else:
         deps.out.write(status_view.human(view))
     return EXIT_OK if error is None else EXIT_ERROR
+
+
+def _simulator_gone(deps: Deps, specs: Sequence[ClusterSpec], records: Records) -> bool:
+    """Every cluster runs on the embedded simulator, it is not running (no VAST_URL: `up` sets
+    one while it runs) and nothing is live: the listing is known to be empty."""
+    simulated = bool(specs) and all(s.provider.type == "vastsim" for s in specs)
+    return simulated and "VAST_URL" not in deps.env and not records.live_instances()
 
 
 # --- cost ----------------------------------------------------------------------------------

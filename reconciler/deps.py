@@ -128,8 +128,8 @@ class Deps:
         if url.kind == "file":
             assert url.path is not None
             return self.store_factory(url.path, clock=self.clock, secrets=self.secrets())
-        secrets = (*self.secrets(), *url.secrets())
-        return backend.open_store(url, clock=self.clock, secrets=secrets, env=self.env)
+        # open_store adds the URL's own password to what is redacted
+        return backend.open_store(url, clock=self.clock, secrets=self.secrets(), env=self.env)
 
     @contextlib.contextmanager
     def ledger(self, store: StateStore) -> Iterator[Ledger]:

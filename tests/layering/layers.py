@@ -201,15 +201,19 @@ def _mutating_calls(rel: str, tree: ast.AST) -> list[Violation]:
     return found
 
 
+def _calls(tree: ast.AST) -> Iterator[tuple[ast.Call, str | None]]:
+    """Every call in `tree`, with the name it calls (`f(...)` or `x.f(...)`: "f")."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else None
+            yield node, func.attr if isinstance(func, ast.Attribute) else name
+
+
 def _alert_breaches(rel: str, tree: ast.AST) -> list[Violation]:
     """`Alert(...)` built outside planning/alerts.py, or `x.startswith("ALERT...")` anywhere."""
     found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        name = func.id if isinstance(func, ast.Name) else None
-        name = func.attr if isinstance(func, ast.Attribute) else name
+    for node, name in _calls(tree):
         if name == "Alert" and rel != ALERTS:
             found.append(
                 Violation(rel, node.lineno, "an Alert is built outside planning/alerts.py")
@@ -228,12 +232,7 @@ def _alert_breaches(rel: str, tree: ast.AST) -> list[Violation]:
 def _hand_transitions(rel: str, tree: ast.AST) -> list[Violation]:
     """`evolve(record, phase=...)` and the like: a phase or intent moved by hand."""
     found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        name = func.id if isinstance(func, ast.Name) else None
-        name = func.attr if isinstance(func, ast.Attribute) else name
+    for node, name in _calls(tree):
         if name not in COPIES:
             continue
         for keyword in node.keywords:

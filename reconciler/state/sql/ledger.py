@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from types import TracebackType
-from typing import Self
 
 from reconciler.clock import Clock
 from reconciler.state.ledger import (
@@ -93,17 +91,3 @@ class SqlLedger:
         sql = "SELECT line FROM rv_ledger WHERE workspace = ? ORDER BY seq"
         rows = self.link.run(lambda conn: self.link.q(conn, sql).fetchall())
         yield from parse_lines((r[0].encode() for r in rows), self.link.where, query)
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

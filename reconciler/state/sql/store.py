@@ -115,9 +115,7 @@ class SqlStore:
     # -- writing --
 
     def write(self, records: Records, *, based_on: StateSnapshot | None) -> StateSnapshot:
-        if self.lease.held is None:
-            self.lease.check()  # raises: writing needs the lock
-        self.lease.check()
+        self.lease.check()  # writing needs the lease, still ours
         prepared = prepare_records(records, self._secrets)
         tries = 0
 

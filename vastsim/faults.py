@@ -155,6 +155,12 @@ class Faults:
                         return entry[0]
         return 0.0
 
+    def slow_left(self, route: str) -> int:
+        """How many of the requests `slow` was told to hold up for `route` have not arrived yet
+        (a test waits on it to act while a request is provably in flight)."""
+        with self._lock:
+            return sum(int(entry[1]) for entry in self._slow.get(route, []))
+
     def _add(self, route: str, canned: Canned) -> None:
         if canned.remaining < 1:
             raise ValueError("count must be at least 1")

@@ -239,3 +239,33 @@ def test_the_database_restarted_mid_apply_loses_no_write(team: Team, pg_server: 
     assert recorded == set(world.sim.instances) and creates(world) == 4  # every outcome saved
     again = team.run("plan", "clusters", "--detailed-exitcode")
     assert again.returncode == 0, again.stdout  # nothing left to do: no write was lost
+
+
+def test_a_database_outage_longer_than_the_lease_stops_the_apply_and_another_runner_takes_over(
+    team: Team, pg_server: PgServer
+) -> None:
+    if not team.url.startswith("postgresql"):
+        pytest.skip("a SQLite file has no server to lose")
+    world = team.world
+    team.review(cpu_min=2)
+    world.sim.faults.slow(CREATE_ROUTE, seconds=1.0, count=4)
+    cut_off = team.start("apply", "--reviewed", "clusters")
+    wait_for(lambda: len(world.sim.instances) >= 2, 60, "two creates made")
+    pg_server.stop()
+    try:
+        code, said = finish(cut_off)  # it cannot renew: it stops at its own lease's end
+        stopped_at = creates(world)
+    finally:
+        pg_server.start()
+    assert code == 1 and "lease" in said, said
+    assert "Traceback" not in said, said
+    after = team.run("apply", "clusters", "--auto-approve", "--lock-timeout", "60")
+    assert after.returncode == 0, after.stdout + after.stderr
+    told = after.stdout + team.run("ledger", "--json").stdout
+    labels = [i.label for i in world.sim.instances.values()]
+    # every planned instance once: the cut-off run's creates found by label, the rest rented
+    assert len(labels) == len(set(labels)) == creates(world) == 4, (stopped_at, told)
+    taken = team.run("ledger", "--class", "lock_taken_over", "--json")
+    assert taken.stdout.strip(), told  # the dead holder's lease was taken over, not removed
+    again = team.run("plan", "clusters", "--detailed-exitcode")
+    assert again.returncode == 0, again.stdout

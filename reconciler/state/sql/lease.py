@@ -299,9 +299,10 @@ class Lease:
                 self.link.dialect.drop_beacon(conn, self.link.workspace)
 
     def lose(self, why: str) -> None:
+        """Mark the lease lost (said once, by the `LockLostError` the next check raises where the
+        process is stopped: `watch` logs it, a command prints it)."""
         if self._lost is None and self.held is not None:
             self._lost = why
-            _log.error("%s", self._lost_message(self.held))
 
     @property
     def lost(self) -> bool:
@@ -383,6 +384,8 @@ class _Keeper:
         while not self._stopped.wait(self._lease.seconds / 3):
             try:
                 self._lease.renew()
+            except LockLostError:
+                pass  # said where the process stops (the next check raises it again)
             except StateError as exc:
                 _log.warning("%s: %s", self._lease.link.where, exc)
             if self._lease.lost:

@@ -1,34 +1,40 @@
 """While `watch` runs it is the state's one writer: what the commands that would write do then.
 
-`pin`, `unpin` and `apply` (of a saved plan, or the reviewed plan of a merge) take the state's
-lock when no controller holds it, as before. When a live `watch` holds it (on this machine or
-any other sharing the state's database), they leave an order in the state's mailbox
+`pin`, `unpin`, `apply` (of a spec directory, a saved plan, or the reviewed plan of a merge) and
+`down` take the
+state's lock when no controller holds it, as before. When a live `watch` holds it (on this
+machine or any other sharing the state's database), they leave an order in the state's mailbox
 (`state/orders.py`) instead: a pin is handed over and the command returns; an apply waits for
 the controller's answer (it re-checks the plan for staleness under its own lease and carries it
-out with its own applier, `watch/orders.py`), says it, and exits with its code. An apply whose
-answer does not come in time is withdrawn, unless the controller took it meanwhile.
+out with its own applier, `watch/orders.py`), says it, and exits with its code; a down is shown
+and confirmed here, carried out there, and its destroys' confirmation awaited here. An order
+whose answer does not come in time is withdrawn, unless the controller took it meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
-from reconciler import planfile
+from reconciler import downing, operations, planfile
 from reconciler.applying.pinlog import log_pin
 from reconciler.deps import Deps, closed
+from reconciler.model.applied import HELD_DOWN
 from reconciler.model.orders import PinOrder
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.operations import EXIT_ERROR, EXIT_OK, OperationError
-from reconciler.planning import pins
+from reconciler.planning import pins, teardown
 from reconciler.state.errors import Liveness, StateLockedError
 from reconciler.state.lock import Identity
-from reconciler.state.orders import APPLY, FileOrders, Order, OrderQueue
+from reconciler.state.orders import APPLY, DOWN, Answer, FileOrders, Order, OrderQueue
 from reconciler.state.sql.orders import SqlOrders
 from reconciler.state.sql.store import SqlStore
 from reconciler.views import ledger as ledger_view
 from reconciler.views import pins as pins_view
+from reconciler.views import plan as plan_view
+from reconciler.views import status_text
 
 # The lock operations of a long-running controller (`up` runs `watch` once it has applied).
 CONTROLLER_OPERATIONS = frozenset({"watch"})
@@ -116,6 +122,70 @@ def apply(
         f"`ray-vast {info.operation}` (pid {info.pid} on {info.host}) holds the state: the plan"
         f" is handed to it (order {order.id}); waiting for its answer.\n"
     )
+    answer = _answered(deps, order)
+    deps.out.write(answer.message.rstrip("\n") + "\n")
+    return answer.code if answer.code in (EXIT_OK, EXIT_ERROR, 3) else EXIT_ERROR
+
+
+def apply_specs(
+    deps: Deps,
+    refused: StateLockedError,
+    specs: Sequence[ClusterSpec],
+    *,
+    spec_path: Path,
+    auto_approve: bool,
+    allow_mass_destroy: bool,
+) -> int:
+    """`apply SPEC_DIR` while a live controller holds the state: planned here on the state as
+    last saved (no lock), shown and approved, then handed over as a saved plan (the controller
+    refuses it as stale, exit 3, when a cluster it covers changed meanwhile)."""
+    saved = operations.plan_to_save(deps, specs, spec_path=spec_path)
+    deps.out.write(plan_view.human(saved.plan))
+    if saved.plan.errored:
+        return EXIT_ERROR
+    if not saved.plan.has_changes:
+        return EXIT_OK
+    if not auto_approve:
+        operations.confirm(deps)
+    return apply(deps, refused, saved, specs, allow_mass_destroy=allow_mass_destroy)
+
+
+def down(
+    deps: Deps,
+    refused: StateLockedError,
+    cluster: str,
+    specs: Sequence[ClusterSpec],
+    *,
+    auto_approve: bool,
+) -> int:
+    """`down` while a live controller holds the state: the person sees what will end and says
+    yes, as ever; the controller marks the cluster held down and sends the destroys; this
+    command waits for vast's confirmation (a read of the listing, no lock)."""
+    provider = deps.provider([s for s in specs if s.name == cluster])
+    _, lineage, _ = deps.read_records()
+    targets = [i for i in downing.listed(provider) if teardown.labelled_for(i, cluster)]
+    deps.out.write(status_text.down_listing(cluster, targets, lineage or ""))
+    info = refused.info
+    deps.out.write(
+        f"`ray-vast {info.operation}` (pid {info.pid} on {info.host}) holds the state: it carries"
+        f" the down out, and holds {cluster} down from then on ({HELD_DOWN}).\n"
+    )
+    downing.approve_down(deps, auto_approve=auto_approve)
+    order = Order.new(DOWN, {"cluster": cluster}, at=deps.clock.now(), by=Identity.current().who)
+    answer = _answered(deps, order)
+    deps.out.write(answer.message.rstrip("\n") + "\n")
+    if answer.code != EXIT_OK:
+        return EXIT_ERROR
+    remaining = downing.confirm_gone(deps, provider, {i.id for i in targets})
+    if remaining:
+        deps.err.write(f"Error: still present at vast: {sorted(remaining)}\n")
+        return EXIT_ERROR
+    deps.out.write(f"\nDown complete: {len(targets)} instance(s) of {cluster} destroyed.\n")
+    return EXIT_OK
+
+
+def _answered(deps: Deps, order: Order) -> Answer:
+    """Leave `order` and wait for the controller's answer; withdrawn when none comes in time."""
     deps.out.flush()
     with queue(deps) as mailbox:
         mailbox.leave(order)
@@ -124,8 +194,7 @@ def apply(
             if deps.clock.now() >= deadline and mailbox.withdraw(order.id):
                 raise OperationError(
                     f"the controller did not answer order {order.id} in"
-                    f" {ANSWER_WAIT_SECONDS:.0f} s; it was withdrawn, nothing was applied"
+                    f" {ANSWER_WAIT_SECONDS:.0f} s; it was withdrawn, nothing was done"
                 )
             deps.clock.sleep(ANSWER_POLL_SECONDS)
-    deps.out.write(answer.message.rstrip("\n") + "\n")
-    return answer.code if answer.code in (EXIT_OK, EXIT_ERROR, 3) else EXIT_ERROR
+    return answer

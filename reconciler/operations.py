@@ -8,7 +8,7 @@ except through `deps`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,6 @@ from reconciler.applying.journal import Journal, records_of
 from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.observe import observe_and_plan
 from reconciler.applying.provider import Provider
-from reconciler.applying.teardown import DownOutcome, close_records, down_outcome, wait_gone
 from reconciler.deps import Deps
 from reconciler.errors import RayVastError
 from reconciler.model import cost as cost_model
@@ -28,14 +27,13 @@ from reconciler.model.observed import Instance
 from reconciler.model.plan import Plan
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning import teardown
 from reconciler.planning.guards import mass_destroys
 from reconciler.planning.plan import fingerprint, touched
 from reconciler.spec.loader import last_applied
 from reconciler.vast.errors import VastError
 from reconciler.views import cost as cost_view
 from reconciler.views import plan as plan_view
-from reconciler.views import progress
+from reconciler.views import progress, status_text
 from reconciler.views import status as status_view
 
 # Exit codes, as Terraform's `-detailed-exitcode` has them.
@@ -72,17 +70,8 @@ def make_plan(
     detailed: bool,
 ) -> PlanOutcome:
     """`declared` (see `declared_by`): the clusters of a whole spec directory, for pruning."""
-    provider = deps.provider(list(specs))
-    with deps.reading() as snapshot:
-        plan = observe_and_plan(
-            provider,
-            specs,
-            records_of(snapshot),
-            lineage=snapshot.lineage,
-            serial=snapshot.serial,
-            now=deps.clock.now(),
-            declared=declared_by(spec_path, specs),
-        )
+    saved = plan_to_save(deps, specs, spec_path=spec_path)
+    plan = saved.plan
     if as_json:
         deps.out.write(json.dumps(plan_view.as_json(plan), indent=2) + "\n")
     else:
@@ -90,10 +79,6 @@ def make_plan(
     if plan.errored:
         return PlanOutcome(plan, EXIT_ERROR)
     if out_file is not None:
-        digests = {s.name: s.digest for s in specs}
-        covered = {*digests, *(a.cluster for a in plan.actions)}
-        made_from = generations(records_of(snapshot), covered)
-        saved = planfile.SavedPlan(plan, str(spec_path), digests, __version__, made_from)
         planfile.write(out_file, saved)
         if not as_json:
             deps.out.write(
@@ -107,6 +92,28 @@ def make_plan(
         )
     changed = EXIT_CHANGES if detailed and plan.has_changes else EXIT_OK
     return PlanOutcome(plan, changed)
+
+
+def plan_to_save(
+    deps: Deps, specs: Sequence[ClusterSpec], *, spec_path: Path
+) -> planfile.SavedPlan:
+    """A plan of `specs` on the state as last saved (no lock), with what it was made from: the
+    specs' digests and the generations of the clusters it covers (a saved plan's staleness)."""
+    provider = deps.provider(list(specs))
+    with deps.reading() as snapshot:
+        plan = observe_and_plan(
+            provider,
+            specs,
+            records_of(snapshot),
+            lineage=snapshot.lineage,
+            serial=snapshot.serial,
+            now=deps.clock.now(),
+            declared=declared_by(spec_path, specs),
+        )
+    digests = {s.name: s.digest for s in specs}
+    covered = {*digests, *(a.cluster for a in plan.actions)}
+    made_from = generations(records_of(snapshot), covered)
+    return planfile.SavedPlan(plan, str(spec_path), digests, __version__, made_from)
 
 
 def declared_by(spec_path: Path | None, specs: Sequence[ClusterSpec]) -> set[str] | None:
@@ -151,13 +158,14 @@ def apply_specs(
         deps.out.write(plan_view.human(plan))
         if plan.errored:
             return EXIT_ERROR
-        if not plan.has_changes:
-            journal.update(plan.changes.apply)
+        if not plan.has_changes:  # applied all the same: a `down`'s hold of these lifts
+            journal.update(lambda records: remembered(plan.changes.apply(records), specs))
             return EXIT_OK
         _guard(plan, journal, allow_mass_destroy)
         if not auto_approve:
             confirm(deps)
-        result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=launcher)
+        result = execute(deps, journal, provider, specs=specs, plan=plan, launcher=launcher)
+        journal.update(lambda records: remembered(records, specs))  # for `status` with no specs
     return _report(deps, result)
 
 
@@ -174,7 +182,8 @@ def apply_saved(
     provider = deps.provider(list(specs))
     with deps.journal("apply") as journal:
         check_saved(saved, journal, provider.list_instances(), allow_mass_destroy)
-        result = _execute(deps, journal, provider, specs=specs, plan=saved.plan, launcher=launcher)
+        result = execute(deps, journal, provider, specs=specs, plan=saved.plan, launcher=launcher)
+        journal.update(lambda records: remembered(records, specs))  # for `status` with no specs
     return _report(deps, result)
 
 
@@ -242,7 +251,7 @@ def confirm(deps: Deps, command: str = "apply") -> None:
         raise OperationError(f"{command.capitalize()} cancelled. Nothing was changed.")
 
 
-def _execute(
+def execute(
     deps: Deps,
     journal: Journal,
     provider: Provider,
@@ -262,7 +271,6 @@ def _execute(
     )
     with progress.waiting(f"Applying {len(plan.actions)} action(s)", out=deps.out, env=deps.env):
         result = executor.apply(plan)
-    journal.update(lambda records: remembered(records, specs))  # for `status` with no specs
     return result
 
 
@@ -293,119 +301,6 @@ def outcome_of(result: ApplyResult) -> tuple[int, str]:
     return EXIT_OK, f"\nApply complete! {done}.\n"
 
 
-# --- down ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HeadStop:
-    """The cluster's local Ray head, when ray-vast runs one: `down` names it beside the instances
-    and stops it only after the confirmation, under the state lock (DESIGN.md section 10)."""
-
-    description: str  # e.g. "the Ray head of local-sim (pid 4242) and every Ray node on it"
-    stop: Callable[[], bool]
-
-
-def down(
-    deps: Deps,
-    cluster: str,
-    specs: Sequence[ClusterSpec],
-    *,
-    auto_approve: bool,
-    head: HeadStop | None = None,
-) -> int:
-    """Destroy every instance that carries the cluster's label, whoever's state made it.
-
-    The order is the lock, the listing, what will end (instances and the Ray head), the
-    confirmation, and only then the Ray head's stop and the destroys: a declined or refused
-    `down` ends nothing.
-    """
-    provider = deps.provider([s for s in specs if s.name == cluster])
-    with deps.journal("down") as journal:
-        plan, targets = _down_plan(deps, journal, provider, cluster)
-        deps.out.write(status_view.down_listing(cluster, targets, journal.lineage))
-        if head is not None:
-            deps.out.write(f"ray-vast down {cluster} will stop {head.description}.\n")
-        if not targets and head is None:
-            close_records(journal, cluster, deps.clock.now())
-            return EXIT_OK
-        _approve_down(deps, auto_approve=auto_approve)
-        if head is not None and head.stop():
-            deps.out.write(f"Ray head of {cluster} stopped.\n")
-        if not targets:
-            close_records(journal, cluster, deps.clock.now())
-            return EXIT_OK
-        outcome = _destroy_all(deps, journal, provider, specs, plan)
-        if outcome.complete:
-            close_records(journal, cluster, deps.clock.now())
-    return _down_said(deps, cluster, len(targets), outcome)
-
-
-def _down_plan(
-    deps: Deps, journal: Journal, provider: Provider, cluster: str
-) -> tuple[Plan, list[Instance]]:
-    """The down plan from vast's listing (no listing, nothing is destroyed), and the instances
-    with the cluster's label that it ends."""
-    try:
-        listing = provider.list_instances()
-    except VastError as exc:
-        raise OperationError(f"cannot list vast's instances ({exc}); nothing destroyed") from exc
-    plan = teardown.down_plan(
-        cluster,
-        listing,
-        journal.records(),
-        lineage=journal.lineage,
-        serial=journal.serial,
-        now=deps.clock.now(),
-    )
-    return plan, [i for i in listing if teardown.labelled_for(i, cluster)]
-
-
-def _approve_down(deps: Deps, *, auto_approve: bool) -> None:
-    """The person's 'yes' (unless approved already), and no stop asked for meanwhile."""
-    if not auto_approve:
-        confirm(deps, "down")
-    if deps.stop_requested():
-        raise OperationError("Down interrupted before anything was stopped or destroyed.")
-
-
-def _destroy_all(
-    deps: Deps, journal: Journal, provider: Provider, specs: Sequence[ClusterSpec], plan: Plan
-) -> DownOutcome:
-    """The destroys carried out, then vast's confirmation of each one sent awaited."""
-    result = _execute(deps, journal, provider, specs=specs, plan=plan, launcher=None)
-
-    def wait(pending: set[int]) -> set[int]:
-        waiting = f"Waiting for vast to confirm {len(pending)} destroy(s)"
-        with progress.waiting(waiting, out=deps.out, env=deps.env):
-            return wait_gone(
-                provider, pending, clock=deps.clock, stop_requested=deps.stop_requested
-            )
-
-    return down_outcome(plan, result, wait)
-
-
-def _down_said(deps: Deps, cluster: str, targets: int, outcome: DownOutcome) -> int:
-    """What the person reads of a down once it ended, and its exit code."""
-    remaining = outcome.remaining
-    if not outcome.interrupted and remaining and deps.stop_requested():
-        deps.err.write(
-            f"\nDown interrupted while vast confirms the destroys of {sorted(remaining)} (all "
-            f"sent); state saved. Run `ray-vast down {cluster}` again to see them gone.\n"
-        )
-        return EXIT_ERROR
-    if outcome.interrupted:
-        deps.err.write(
-            f"\nDown interrupted; state saved. Not destroyed yet: {sorted(outcome.undone)}. "
-            f"Run `ray-vast down {cluster}` again.\n"
-        )
-        return EXIT_ERROR
-    if outcome.failed or remaining:
-        deps.err.write(f"Error: still present at vast: {sorted(outcome.failed | remaining)}\n")
-        return EXIT_ERROR
-    deps.out.write(f"\nDown complete: {targets} instance(s) of {cluster} destroyed.\n")
-    return EXIT_OK
-
-
 # --- status --------------------------------------------------------------------------------
 
 
@@ -428,7 +323,7 @@ def status(deps: Deps, specs: Sequence[ClusterSpec], *, as_json: bool) -> int:
     if as_json:
         deps.out.write(json.dumps(view, indent=2) + "\n")
     else:
-        deps.out.write(status_view.human(view))
+        deps.out.write(status_text.human(view))
     return EXIT_OK if error is None else EXIT_ERROR
 
 

@@ -19,7 +19,7 @@ from reconciler import handoff, planfile
 from reconciler.deps import Deps, closed
 from reconciler.errors import InputError
 from reconciler.model.spec import ClusterSpec
-from reconciler.operations import StalePlanError, apply_saved
+from reconciler.operations import StalePlanError, apply_saved, apply_specs
 from reconciler.state.errors import StateLockedError
 from reconciler.state.lock import Identity
 from reconciler.state.reviewed import (
@@ -133,6 +133,30 @@ def apply_reviewed(
     elif code == 0:
         _mark(deps, tree.tree, APPLIED, f"applied on commit {tree.commit[:12]}")
     return code
+
+
+def specs_handed_or_applied(
+    deps: Deps,
+    specs: list[ClusterSpec],
+    *,
+    spec_path: Path,
+    auto_approve: bool,
+    allow_mass_destroy: bool,
+) -> int:
+    """`apply SPEC_DIR`: planned and carried out under this command's own lock, or planned here
+    and handed to the live `watch` that holds it."""
+    try:
+        return apply_specs(
+            deps, specs, auto_approve=auto_approve, allow_mass_destroy=allow_mass_destroy,
+            spec_path=spec_path,
+        )  # fmt: skip
+    except StateLockedError as refused:
+        if not handoff.to_controller(refused):
+            raise
+        return handoff.apply_specs(
+            deps, refused, specs, spec_path=spec_path, auto_approve=auto_approve,
+            allow_mass_destroy=allow_mass_destroy,
+        )  # fmt: skip
 
 
 def handed_or_applied(

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from reconciler import operations
+from reconciler import downing, operations
 from reconciler.deps import Deps
 from reconciler.embedded import processes, rayhead, simulator
 from reconciler.head.pki import ClusterPki
@@ -65,6 +65,7 @@ def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
         extension=extension,
         on_tick=LiveView(logger).show,
         stop=options.stop,
+        bring_up=True,
     )
     logger.info(
         "up: watching %s (Ctrl-C stops reconciling; `ray-vast down` ends the machines)",
@@ -190,12 +191,12 @@ def with_embedded(deps: Deps) -> Deps:
     return replace(deps, env={**deps.env, **sim.env()}) if sim else deps
 
 
-def ray_head_stop(deps: Deps, cluster: str) -> operations.HeadStop | None:
+def ray_head_stop(deps: Deps, cluster: str) -> downing.HeadStop | None:
     """The cluster's Ray head for `down` to stop after its confirmation, if ray-vast runs it."""
     head = rayhead.running(deps.state_dir, cluster)
     if head is None:
         return None
-    return operations.HeadStop(
+    return downing.HeadStop(
         description=(
             f"the Ray head of {cluster} at {head.address} (pid {head.pid}), "
             "and with it every Ray node joined to it"

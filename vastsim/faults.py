@@ -161,6 +161,11 @@ class Faults:
         with self._lock:
             return sum(int(entry[1]) for entry in self._slow.get(route, []))
 
+    def heal(self, route: str) -> None:
+        """The injected answers for `route` not yet given are dropped: the backend recovered."""
+        with self._lock:
+            self._canned.pop(route, None)
+
     def _add(self, route: str, canned: Canned) -> None:
         if canned.remaining < 1:
             raise ValueError("count must be at least 1")

@@ -5,7 +5,7 @@ The plan of a down is `planning/teardown.py` (pure), and the executor carries it
 other. What is left is here: telling the destroys vast refused, those an interruption left unsent
 and those sent apart; waiting (with backoff) until vast's listing no longer shows the sent ones;
 and, when nothing of the cluster is left, ending its live records as "down". What must not live
-here: anything said to the person (`operations.down` says it) and any destroy of its own.
+here: anything said to the person (`downing.down` says it) and any destroy of its own.
 """
 
 from __future__ import annotations

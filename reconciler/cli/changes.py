@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from reconciler import operations, planfile, reviewing
+from reconciler import downing, handoff, operations, planfile, reviewing
 from reconciler import up as up_mod
 from reconciler.cli import context
 from reconciler.cli.interrupts import Interrupts
@@ -26,6 +26,7 @@ from reconciler.cli.options import (
     StateDirOption,
 )
 from reconciler.spec.loader import load
+from reconciler.state.errors import StateLockedError
 from reconciler.views import diagnostics as diag_view
 
 
@@ -163,7 +164,7 @@ def apply(
             )
         else:
             specs = context.specs(target, warn=True)
-            code = operations.apply_specs(
+            code = reviewing.specs_handed_or_applied(
                 deps,
                 specs,
                 auto_approve=auto_approve,
@@ -214,7 +215,12 @@ def down(
     )
     with context.reported(deps), interrupts.installed():
         head = up_mod.ray_head_stop(deps, cluster)
-        code = operations.down(deps, cluster, specs, auto_approve=auto_approve, head=head)
+        try:
+            code = downing.down(deps, cluster, specs, auto_approve=auto_approve, head=head)
+        except StateLockedError as exc:
+            if not handoff.to_controller(exc):
+                raise
+            code = handoff.down(deps, exc, cluster, specs, auto_approve=auto_approve)
         if code == 0 and up_mod.stop_simulator_if_unused(deps):
             typer.echo("Embedded vastsim stopped.")
     raise typer.Exit(code)

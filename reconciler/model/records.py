@@ -414,6 +414,14 @@ class ClusterRecord:
     spec_digest: str
     revision: str | None = None
     document: str = ""  # the spec last applied (JSON), for commands run with no spec directory
+    # When `ray-vast down` ended the cluster: from then on `watch` holds it at zero machines
+    # (it rents nothing for it and ends what is left of it) until the cluster's spec changes or
+    # it is applied again, so a controller reconciling an unchanged spec does not rent it back.
+    down_at: float | None = None
+
+    def holds_down(self, digest: str) -> bool:
+        """Whether this record holds its cluster down against a spec of this digest."""
+        return self.down_at is not None and digest == self.spec_digest
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
+from reconciler.model.applied import downed_names
 from reconciler.model.changes import Changes
 from reconciler.model.diagnostics import Diagnostic, plan_error, plan_note, plan_warning
 from reconciler.model.observation import Observation
@@ -28,6 +29,8 @@ from reconciler.planning.refresh import refresh
 
 # The ledger class (and alert) of a removed cluster's machine that a pin holds against the prune.
 PRUNE_HELD = "prune_held"
+# The reason of a destroy that `down` asked for (planning/teardown.py), or that its mark holds.
+DOWN_REASON = "down"
 
 # Order in which actions are carried out: free money before spending it.
 ACTION_ORDER = {
@@ -70,13 +73,15 @@ def plan(
     specs = {s.name: s for s in desired}
     by_id = {i.id: i for i in listing}
     removed = _removed(draft, declared)
-    clusters = sorted(set(specs) | removed)
+    down = _held_down(draft, records, specs)
+    clusters = sorted(set(specs) | removed | down)
     unrecorded = orphans.unrecorded_dph(listing, draft.instances, lineage=lineage)
     before = {name: _cluster_dph(draft, name) + unrecorded.get(name, 0.0) for name in clusters}
     for spec in desired:
+        _say_held_down(draft, records, spec)
         _plan_cluster(draft, spec, observation, by_id, before[spec.name])
-    for name in sorted(removed):
-        _retire(draft, name, by_id)
+    for name in sorted(removed | down):
+        _retire(draft, name, by_id, down=name in down)
     foreign = _sweep(draft, listing, records, specs, scope=set(clusters), act=sweep_orphans)
     costs = [
         ClusterCost(
@@ -265,9 +270,36 @@ def _removed(draft: Draft, declared: Collection[str] | None) -> set[str]:
     }
 
 
-def _retire(draft: Draft, cluster: str, by_id: Mapping[int, Instance]) -> None:
+def _say_held_down(draft: Draft, records: Records, spec: ClusterSpec) -> None:
+    """A cluster `down` holds down, planned with its spec all the same (`plan` of the spec
+    directory): carrying the plan out lifts the mark, which the plan says."""
+    record = records.clusters.get(spec.name)
+    if record is not None and record.holds_down(spec.digest):
+        draft.note(
+            "held_down",
+            f"cluster {spec.name} is held down by `ray-vast down` (watch rents nothing for it);"
+            " applying this plan brings it back",
+        )
+
+
+def _held_down(draft: Draft, records: Records, specs: Mapping[str, ClusterSpec]) -> set[str]:
+    """Clusters with live records of ours that `down` holds down and that are not planned with
+    a spec (`watch` leaves a held cluster out of its desired state): ended like a removed one,
+    with no pin holding (`down` ends everything)."""
+    held = downed_names(records) - set(specs)
+    return {
+        r.cluster
+        for r in draft.instances.values()
+        if r.live and r.managed_by == draft.lineage and r.cluster in held
+    }
+
+
+def _retire(
+    draft: Draft, cluster: str, by_id: Mapping[int, Instance], *, down: bool = False
+) -> None:
     """A cluster whose spec is gone from the directory is torn down, like a removed resource;
     destroys that failed earlier are finished here too (nobody else plans for this cluster).
+    A cluster `down` holds down (`down`) is torn down the same way, with no pin holding.
 
     Pins hold against prune (DESIGN.md 11): a machine that Ray work or a person's pin holds
     (reaper gate 3, `InstanceRecord.held`) is not ended by a removed spec, which may be a
@@ -285,6 +317,9 @@ def _retire(draft: Draft, cluster: str, by_id: Mapping[int, Instance]) -> None:
         gone = _proven_gone(record, by_id, draft.now)
         if gone is not None:  # not a prune: no guard holds it, nor a pin
             draft.destroy(record, gone[0], f"cluster {cluster} is no longer declared; {gone[1]}")
+            continue
+        if down:
+            draft.destroy(record, DOWN_REASON, f"ray-vast down {cluster} holds it down")
             continue
         why = pins.holding(record, draft.now)
         if why is not None:

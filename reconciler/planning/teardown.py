@@ -17,9 +17,7 @@ from reconciler.model.labels import parse_label
 from reconciler.model.observed import Instance
 from reconciler.model.plan import Action, ActionKind, ClusterCost, Plan
 from reconciler.model.records import InstanceRecord, Records
-from reconciler.planning.plan import fingerprint, touched
-
-DOWN_REASON = "down"
+from reconciler.planning.plan import DOWN_REASON, fingerprint, touched
 
 
 def labelled_for(instance: Instance, cluster: str) -> bool:

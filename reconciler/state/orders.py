@@ -1,13 +1,13 @@
 """The mailbox through which a person's or a pipeline's order reaches the running `watch`.
 
 While `watch` runs it holds the state's lock, and it is the state's one writer (DESIGN.md 11): a
-command that would change the state (`pin`, `unpin`, `apply PLAN`, `apply --reviewed`) leaves an
-order instead, in the state's backend, so it works from any machine the state is shared with.
-The controller takes the waiting orders at its next loop turn, oldest first, decides each under
-its own lease, ledgers it and answers (an exit code and a message); the command that waits for
-the answer (`apply`) says it and exits with its code. An order that cannot be read is answered as
-refused, never lost silently; an order withdrawn before it was taken (its command gave up
-waiting) is never carried out.
+command that would change the state (`pin`, `unpin`, `apply PLAN`, `apply --reviewed`, `down`)
+leaves an order instead, in the state's backend, so it works from any machine the state is
+shared with. The controller takes the waiting orders at its next loop turn, oldest first,
+decides each under its own lease, ledgers it and answers (an exit code and a message); the
+command that waits for the answer (`apply`, `down`) says it and exits with its code. An order
+that cannot be read is answered as refused, never lost silently; an order withdrawn before it
+was taken (its command gave up waiting) is never carried out.
 
 Files here for a state of files (`<state dir>/orders/`, 0600, each written whole), `rv_orders`
 for a database (`state/sql/orders.py`).
@@ -26,7 +26,7 @@ from reconciler.model.orders import PinOrder
 from reconciler.state.files import ensure_private_dir, write_temp
 
 ORDERS_DIR = "orders"
-PIN, APPLY = "pin", "apply"
+PIN, APPLY, DOWN = "pin", "apply", "down"
 
 
 @dataclass(frozen=True)

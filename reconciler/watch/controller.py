@@ -30,9 +30,9 @@ from reconciler.applying.observe import observe_and_plan
 from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
 from reconciler.head import tokens
-from reconciler.model.evolve import evolve
+from reconciler.model.applied import HELD_DOWN, following, held_down
 from reconciler.model.plan import ActionKind, Plan
-from reconciler.model.records import ClusterRecord, Records
+from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import dispatch
 from reconciler.nets.detection import Detection
@@ -79,6 +79,9 @@ class Controller:
     stop_requested: Callable[[], bool] = lambda: False
     # The job table of the nets (nets/dispatch.py); the benchmarks swap in other policies.
     nets: Mapping[str, dispatch.Net] = field(default_factory=lambda: dict(dispatch.JOBS))
+    # Every cluster the source declares; `specs` is those it reconciles (not the ones `down`
+    # holds down, `model/applied.py`).
+    declared: dict[str, ClusterSpec] = field(init=False, default_factory=dict)
     applier: Applier = field(init=False)
     agenda: Agenda = field(init=False)
     containment: Containment = field(init=False)
@@ -122,22 +125,20 @@ class Controller:
 
     def set_specs(self, specs: Mapping[str, ClusterSpec], *, revision: str | None = None) -> None:
         """New desired state (a spec file changed): reconcile the changed clusters at the next
-        tick, not at the next cadence; schedules keep their other clocks."""
+        tick, not at the next cadence; schedules keep their other clocks. A cluster `down` holds
+        down is declared (not pruned) but not reconciled until its spec changes."""
         with self.lock:
             old = self.specs if self.agenda.schedules else {}
-            self.specs = dict(specs)
+            records = self.journal.records()
+            held = held_down(records, specs)
+            for name in sorted(held - (self.declared.keys() - self.specs.keys())):
+                log.info("%s is held down by `ray-vast down`: %s", name, HELD_DOWN)
+            self.declared = dict(specs)
+            self.specs = {name: spec for name, spec in specs.items() if name not in held}
             self.agenda.follow(old, self.specs)
-            self._record_revision(revision)
-
-    def _record_revision(self, revision: str | None) -> None:
-        """Which spec (digest, Git revision) each cluster is being reconciled against."""
-        records = self.journal.records()
-        clusters = {
-            name: ClusterRecord(name, spec.digest, revision, spec.document)
-            for name, spec in self.specs.items()
-        }
-        if dict(records.clusters) != clusters:
-            self.journal.save(evolve(records, clusters=clusters))
+            followed = following(records, self.declared, held, revision)
+            if followed is not records:
+                self.journal.save(followed)
 
     def _ended(self, result: ApplyResult) -> None:
         """A machine of a cluster ended (whoever's plan it was): list the cluster again at once,
@@ -277,7 +278,7 @@ class Controller:
             demand=self.ray.demand(self.specs, now) or {},
             ray_unread_since=self.ray.unread_since(self.specs, now),
             sweep_orphans=sweep,
-            declared=set(self.specs) if self.prune else None,
+            declared=set(self.declared) if self.prune else None,
             settle=lambda plan_on: self._settle(plan_on, held),
         )
         names = [spec.name for spec in specs]

@@ -1,6 +1,9 @@
 """The orders left for this watch (`state/orders.py`), taken at each loop turn, oldest first.
 
 A pin or unpin is decided under the records lock and ledgered, as `ray-vast pin` would have done.
+A down marks the cluster held down (`model/applied.py`: this watch, or a standby after it, rents
+nothing for it until its spec changes or it is applied again) and carries out the destroy of
+everything vast lists with its label; the command that asked waits for vast's confirmation.
 An apply (a saved or reviewed plan a command or a pipeline handed over) is asked the questions
 `apply PLAN` asks (`operations.check_specs`, `check_saved`: the specs it was made from, the
 state's lineage, the generations of the clusters it covers, the live instances it acts on, a mass
@@ -12,18 +15,20 @@ Every order is answered (code and message), a refusal included; one that cannot 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from reconciler import planfile
 from reconciler.applying.pinlog import log_pin
 from reconciler.errors import RayVastError
-from reconciler.model.applied import remembered
+from reconciler.model.applied import HELD_DOWN, downed, remembered
 from reconciler.operations import EXIT_ERROR, EXIT_OK, check_saved, check_specs, outcome_of
-from reconciler.planning import pins
+from reconciler.planning import pins, teardown
 from reconciler.spec.loader import load_texts
-from reconciler.state.orders import APPLY, PIN, Answer, FileOrders, Order, OrderQueue
+from reconciler.state.orders import APPLY, DOWN, PIN, Answer, FileOrders, Order, OrderQueue
 from reconciler.state.sql.orders import SqlOrders
 from reconciler.state.sql.store import SqlStore
+from reconciler.vast.errors import VastError
 from reconciler.watch.controller import Controller
 
 
@@ -39,9 +44,8 @@ def take_orders(queue: OrderQueue, controller: Controller, logger: logging.Logge
             logger.warning("order %s cannot be read; answered as refused", order)
             queue.answer(order, Answer(EXIT_ERROR, f"order {order} cannot be read"))
             continue
-        answer = _pin(order, controller) if order.kind == PIN else None
-        if order.kind == APPLY:
-            answer = _apply(order, controller)
+        taker = TAKERS.get(order.kind)
+        answer = taker(order, controller) if taker is not None else None
         if answer is None:
             answer = Answer(EXIT_ERROR, f"this watch does not know orders of kind {order.kind!r}")
         log = logger.info if answer.code == EXIT_OK else logger.warning
@@ -82,6 +86,33 @@ def _apply(order: Order, controller: Controller) -> Answer:
         return Answer(exc.exit_code, f"Error: {exc}")
     result = controller.applier.apply(saved.plan)
     controller.journal.update(lambda records: remembered(records, specs))
-    controller.set_specs({**controller.specs, **{s.name: s for s in specs}})
+    controller.set_specs({**controller.declared, **{s.name: s for s in specs}})
     code, text = outcome_of(result)
     return Answer(code, f"Applied by this watch: {text.strip()}")
+
+
+def _down(order: Order, controller: Controller) -> Answer:
+    cluster = str(order.body["cluster"])
+    try:
+        listing = controller.provider.list_instances()
+    except VastError as exc:
+        return Answer(EXIT_ERROR, f"Error: cannot list vast's instances ({exc}); nothing destroyed")
+    now = controller.clock.now()
+    with controller.lock:
+        journal = controller.journal
+        journal.update(lambda records: downed(records, cluster, now, controller.declared.values()))
+        plan = teardown.down_plan(
+            cluster, listing, journal.records(), lineage=journal.lineage, serial=journal.serial,
+            now=now,
+        )  # fmt: skip
+    controller.set_specs(controller.declared)  # it leaves the reconciled specs
+    code, text = outcome_of(controller.applier.apply(plan)) if plan.actions else (EXIT_OK, "")
+    held = f"This watch holds {cluster} down: {HELD_DOWN}."
+    return Answer(code, f"Down by this watch: {text.strip() or 'nothing to destroy.'}\n{held}")
+
+
+TAKERS: dict[str, Callable[[Order, Controller], Answer]] = {
+    PIN: _pin,
+    APPLY: _apply,
+    DOWN: _down,
+}

@@ -20,6 +20,7 @@ from reconciler.applying.journal import Journal
 from reconciler.applying.launch import ImageLauncher, Launcher
 from reconciler.applying.provider import Provider
 from reconciler.deps import Deps
+from reconciler.model.applied import lifted
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import LoadResult
 from reconciler.state.backend import lease_seconds
@@ -77,6 +78,9 @@ class WatchOptions:
     allow_mass_destroy: bool = False
     on_tick: Callable[[TickReport], None] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
+    # `up`: its clusters are brought up, so a `down`'s hold of them lifts (a plain `watch`
+    # keeps a held cluster down until its spec changes or it is applied again).
+    bring_up: bool = False
 
 
 def watch(deps: Deps, options: WatchOptions, logger: logging.Logger) -> int:
@@ -92,6 +96,8 @@ def watch(deps: Deps, options: WatchOptions, logger: logging.Logger) -> int:
             with deps.journal("watch") as journal:
                 if said:
                     logger.info("standby: the state's lease is ours now; reconciling")
+                if options.bring_up:
+                    journal.update(lambda records: lifted(records, [s.name for s in specs]))
                 controller = _controller(
                     deps, journal, provider, specs=specs, options=options, logger=logger
                 )
@@ -152,7 +158,7 @@ def _controller(
         demand_check_seconds=DEMAND_CHECK_SECONDS if options.signals is not None else None,
     )
     if options.source.revision:
-        controller.set_specs(controller.specs, revision=options.source.revision)
+        controller.set_specs(controller.declared, revision=options.source.revision)
         logger.info("specs at revision %s", options.source.revision)
     return controller
 
@@ -271,7 +277,7 @@ def _reload(
         _report_invalid(deps, loaded)
         first = loaded.diagnostics.errors()[:1]
         detail = diag_view.human_line(first[0]) if first else "the spec directory does not load"
-        for name in controller.specs:
+        for name in controller.declared:
             controller.raise_alert(
                 name,
                 "specs_invalid",
@@ -301,7 +307,7 @@ def _report_invalid(deps: Deps, loaded: LoadResult | None) -> None:
 def _metrics(
     controller: Controller, gauges: Gauges, logger: logging.Logger
 ) -> MetricsServer | None:
-    spec = next(iter(controller.specs.values()))
+    spec = next(iter(controller.declared.values()))
     try:
         server = MetricsServer("127.0.0.1", spec.head.metrics_port, lambda: gauges).start()
     except OSError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import operations
+from reconciler import downing, operations
 from reconciler.clock import FakeClock
 from reconciler.deps import Deps
 from reconciler.model.observed import Instance
@@ -63,12 +63,12 @@ def _deps(
     )
 
 
-def _head(events: Events) -> operations.HeadStop:
+def _head(events: Events) -> downing.HeadStop:
     def stop() -> bool:
         events.seen.append("stop head" + (" (locked)" if events.locked() else ""))
         return True
 
-    return operations.HeadStop("the Ray head of local-sim (pid 4242)", stop)
+    return downing.HeadStop("the Ray head of local-sim (pid 4242)", stop)
 
 
 @pytest.mark.parametrize(("interactive", "answer"), [(False, ""), (True, "no")])
@@ -77,7 +77,7 @@ def test_a_declined_down_ends_nothing(tmp_path: Path, interactive: bool, answer:
     vast = FakeVast(events)
     deps = _deps(tmp_path, events, vast, interactive=interactive, answer=answer)
     with pytest.raises(operations.OperationError, match="Nothing was"):
-        operations.down(deps, "local-sim", [], auto_approve=False, head=_head(events))
+        downing.down(deps, "local-sim", [], auto_approve=False, head=_head(events))
     assert "stop head" not in " ".join(events.seen)
     assert not any(e.startswith("destroy") for e in events.seen)
     assert set(vast.instances) == {7}
@@ -89,7 +89,7 @@ def test_down_locks_asks_then_stops_the_head_then_destroys(tmp_path: Path) -> No
     events = Events(tmp_path / ".ray-vast")
     vast = FakeVast(events)
     deps = _deps(tmp_path, events, vast, interactive=True, answer="yes")
-    assert operations.down(deps, "local-sim", [], auto_approve=False, head=_head(events)) == 0
+    assert downing.down(deps, "local-sim", [], auto_approve=False, head=_head(events)) == 0
     expected = ["list (locked)", "ask (locked)", "stop head (locked)", "destroy 7"]
     assert events.seen[:4] == expected  # then listings until vast confirms
     assert not events.locked()
@@ -100,5 +100,5 @@ def test_auto_approved_down_with_only_a_head_stops_it_under_the_lock(tmp_path: P
     vast = FakeVast(events)
     vast.instances.clear()
     deps = _deps(tmp_path, events, vast, interactive=False, answer="")
-    assert operations.down(deps, "local-sim", [], auto_approve=True, head=_head(events)) == 0
+    assert downing.down(deps, "local-sim", [], auto_approve=True, head=_head(events)) == 0
     assert events.seen == ["list (locked)", "stop head (locked)"]

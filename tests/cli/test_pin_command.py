@@ -25,6 +25,7 @@ from reconciler.state.filestore import FileStore
 from reconciler.state.ledger import read_ledger
 from reconciler.state.lock import Identity
 from reconciler.views import status as status_view
+from reconciler.views import status_text
 from tests.planning.builders import OTHER_LINEAGE, record
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00 UTC
@@ -216,7 +217,7 @@ def test_a_pin_shows_in_status(tmp_path: Path):
     handoff.pin(d, PinOrder("i1", "alice@box", None, 6 * 3600.0))
     records, _, serial = d.read_records()
     view = status_view.build(records, [], [], lineage=lineage, serial=serial, now=NOW, error=None)
-    text = status_view.human(view)
+    text = status_text.human(view)
     assert "[pinned by alice@box until 14:00 UTC]" in text
     assert "[pinned: ray work]" in text  # i2
 

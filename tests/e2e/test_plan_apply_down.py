@@ -95,3 +95,23 @@ def test_status_with_no_spec_directory_knows_what_was_last_applied(world: World)
     assert any(i["kept_at_min_workers"] for i in timeless) or all(
         i["role"] == "candidate" for i in timeless
     )
+
+
+def test_a_watch_started_after_down_holds_the_cluster_down_until_it_is_applied(
+    world: World,
+) -> None:
+    assert world.run("apply", str(LOCAL_SIM), "--auto-approve").returncode == 0
+    assert world.run("down", "local-sim", "--auto-approve").returncode == 0
+    watched = world.run("watch", str(LOCAL_SIM), "--once")
+    assert watched.returncode == 0, watched.stderr
+    assert "held down by `ray-vast down`" in watched.stdout + watched.stderr
+    assert world.sim.instances == {}  # an unchanged spec is not rented back
+    shown = world.run("status", str(LOCAL_SIM))
+    assert "held down by `ray-vast down` since" in shown.stdout, shown.stdout
+    planned = world.run("plan", str(LOCAL_SIM))
+    assert "applying this plan brings it back" in planned.stdout, planned.stdout
+    again = world.run("apply", str(LOCAL_SIM), "--auto-approve")
+    assert again.returncode == 0 and "Apply complete! 2 rent." in again.stdout, again.stdout
+    assert "held_down_at" in world.run("status", str(LOCAL_SIM), "--json").stdout
+    shown = world.run("status", str(LOCAL_SIM))
+    assert "held down" not in shown.stdout

@@ -132,3 +132,35 @@ def test_a_pipelines_reviewed_apply_and_a_pin_from_elsewhere_go_through_the_watc
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert "order" in err and "Applied by this watch" in err, err[-3000:]
+
+
+def test_a_down_from_another_machine_is_carried_out_by_the_watch_and_it_rents_nothing_back(
+    world: World, shared: str, watching: tuple[subprocess.Popen[str], int], tmp_path: Path
+) -> None:
+    proc, port = watching
+    repo = gitrepo.init(tmp_path / "ci")
+    gitrepo.commit(repo, {"clusters/local-sim.yaml": spec(1, port)}, "one cpu worker")
+    runner = tmp_path / "runner"
+    applied = cli(world, shared, repo, runner, "apply", "clusters", "--auto-approve")
+    assert applied.returncode == 0 and "Applied by this watch" in applied.stdout, applied.stderr
+    assert len(world.sim.instances) == 2
+    made = sum(1 for r in world.sim.requests if r.route == CREATE_ROUTE)
+
+    laptop = tmp_path / "laptop"
+    down = cli(world, shared, ROOT, laptop, "down", "local-sim", "--auto-approve")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "will destroy 2 instance(s)" in down.stdout and "holds local-sim down" in down.stdout
+    assert "Down complete: 2 instance(s) of local-sim destroyed." in down.stdout
+    assert world.sim.instances == {}  # vast confirmed every destroy before it said so
+    # the watch plans the held cluster on: its records close once vast lists them gone, and it
+    # rents nothing back for the spec it still reconciles
+    wait_for(
+        lambda: all(r["phase"] == "destroyed" for r in _records(shared).values()),
+        120,
+        "the watch closed the destroyed machines' records",
+    )
+    assert sum(1 for r in world.sim.requests if r.route == CREATE_ROUTE) == made
+    assert proc.poll() is None, "the watch runs on"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert "held down" in err, err[-3000:]

@@ -22,6 +22,7 @@ from reconciler.model.records import Records
 from reconciler.planning import teardown
 from reconciler.state import orders
 from reconciler.views import status as status_view
+from reconciler.views import status_text
 from reconciler.watch.orders import take_orders
 from tests.scenarios.world import M, Signals, alive, cluster, ended_by, lines, run, workers
 
@@ -109,7 +110,7 @@ def test_a_removed_spec_prunes_the_idle_and_holds_work_and_pins_until_they_end(
         )
         (gone,) = [c for c in view["clusters"] if c["name"] == "gone"]
         assert {a["record"] for a in gone["alerts"] if a["class"] == HELD} == held
-        shown = status_view.human(view)
+        shown = status_text.human(view)
         assert "ray work" in shown and "alice@box" in shown and HELD in shown
         assert {e["record"] for e in lines(f, HELD, "detection")} == held
         assert len([line for line in s.said if HELD in line]) == 2

@@ -18,7 +18,7 @@ from dataclasses import replace
 from fleetsim.harness import START, fleet
 from reconciler.model.rayversions import RayVersions
 from reconciler.model.records import RequestStatus
-from reconciler.views import status
+from reconciler.views import status, status_text
 from tests.scenarios.world import (
     H,
     M,
@@ -85,7 +85,7 @@ def test_one_slots_candidates_are_refused_the_node_type_halted_and_nothing_rente
         )  # fmt: skip
         (breaker,) = view["clusters"][0]["breakers"]
         assert breaker["halted"] and breaker["halt"]["reason"] == REASON
-        text = status.human(view)
+        text = status_text.human(view)
         assert "  HALTED gpu: no rentals since " in text and REASON in text
         assert "ray_version_mismatch" in text and "ALERT" in text
 

@@ -13,8 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.model import rayversions
-from reconciler.model.records import Alert, BreakerState, Halt, Intent, Phase, Records, Role
-from reconciler.views import status
+from reconciler.model.applied import downed
+from reconciler.model.evolve import evolve
+from reconciler.model.records import (
+    Alert,
+    BreakerState,
+    ClusterRecord,
+    Halt,
+    Intent,
+    Phase,
+    Records,
+    Role,
+)
+from reconciler.views import status, status_text
 from tests.planning.builders import LINEAGE, NOW, OTHER_LINEAGE, record, row, spec
 
 from .test_plan_golden import compare
@@ -81,7 +92,7 @@ def view() -> dict[str, Any]:
 
 
 def test_human_status() -> None:
-    compare(GOLDEN / "status_holds_alerts_breakers.txt", status.human(view()))
+    compare(GOLDEN / "status_holds_alerts_breakers.txt", status_text.human(view()))
 
 
 def test_json_status() -> None:
@@ -106,7 +117,7 @@ def test_each_instance_says_whether_it_is_held_and_why() -> None:
         "i8": (False, []),
     }
     assert (rows["i2"]["pinned_by"], rows["i2"]["pinned_until"]) == ("alice@box", NOW + 2 * HOUR)
-    text = status.human(view())
+    text = status_text.human(view())
     line = {r: next(x for x in text.splitlines() if x.startswith(f"  {r} ")) for r in rows}
     assert line["i1"].endswith("[pinned: ray work]")
     assert line["i2"].endswith("[pinned by alice@box until 10:00 UTC]")
@@ -140,7 +151,7 @@ def test_alerts_and_breakers_are_shown_with_their_cluster() -> None:
     assert not breakers["cpu"]["paused"] and breakers["cpu"]["consecutive_empty"] == 2
     assert not breakers["old"]["paused"]
     assert {b["trips_after"] for b in breakers.values()} == {3}
-    text = status.human(payload)
+    text = status_text.human(payload)
     assert (
         "  breaker gpu: launches paused until 08:10 UTC: 3 slots in a row ended with no worker\n"
         in text
@@ -154,7 +165,7 @@ def test_alerts_and_breakers_are_shown_with_their_cluster() -> None:
 def test_without_specs_the_breaker_threshold_is_unknown_and_said_so() -> None:
     records, listing = situation()
     payload = status.build(records, listing, [], lineage=LINEAGE, serial=7, now=NOW, error=None)
-    text = status.human(payload)
+    text = status_text.human(payload)
     assert (
         "  breaker gpu: launches paused until 08:10 UTC: the breaker's number of slots in a row "
         "ended with no worker\n" in text
@@ -167,15 +178,16 @@ def test_the_human_view_shows_a_clusters_newest_alerts_and_counts_the_rest() -> 
     payload = status.build(
         Records(alerts=alerts), [], [SPEC], lineage=LINEAGE, serial=1, now=NOW, error=None
     )
-    text = status.human(payload)
+    text = status_text.human(payload)
     assert "3 older alert(s) not shown" in text
     assert "number 2\n" not in text and "number 3\n" in text and "number 12\n" in text
     assert len(payload["clusters"][0]["alerts"]) == 13  # --json has every one
 
 
-def test_json_is_version_1_3_and_keeps_every_earlier_field() -> None:
+def test_json_is_version_1_5_and_keeps_every_earlier_field() -> None:
     payload = view()
-    assert payload["format_version"] == "1.4"
+    assert payload["format_version"] == "1.5"
+    assert all("held_down_at" in cluster for cluster in payload["clusters"])
     v11_breaker = {"node_type", "paused", "paused_until", "consecutive_empty", "trips_after"}
     for cluster in payload["clusters"]:
         for breaker in cluster["breakers"]:
@@ -232,7 +244,7 @@ def test_a_halted_node_type_is_shown_loudly_until_its_image_changes() -> None:
         "image": "rayproject/ray:2.49.0-py310",
         "record": "i7",
     }
-    text = status.human(payload)
+    text = status_text.human(payload)
     assert (
         f"  HALTED gpu: no rentals since 07:55 UTC, until its image or env changes: {reason}\n"
         in text
@@ -245,7 +257,7 @@ def test_a_halted_node_type_is_shown_loudly_until_its_image_changes() -> None:
     payload = status.build(records, [], [changed], lineage=LINEAGE, serial=3, now=NOW, error=None)
     (breaker,) = payload["clusters"][0]["breakers"]
     assert breaker["halted"] is False and breaker["halt"]["reason"] == reason
-    assert "  halt gpu: its image or env changed; launches resume" in status.human(payload)
+    assert "  halt gpu: its image or env changed; launches resume" in status_text.human(payload)
 
 
 def test_a_quiet_worker_that_min_workers_keeps_says_so_not_when_it_would_stop() -> None:
@@ -266,7 +278,7 @@ def test_a_quiet_worker_that_min_workers_keeps_says_so_not_when_it_would_stop() 
         view = status.build(
             records, None, [one_kept], lineage=LINEAGE, serial=1, now=NOW, error=None
         )
-        return by_record(view) | {"_text": {"text": status.human(view)}}
+        return by_record(view) | {"_text": {"text": status_text.human(view)}}
 
     kept = rows(alone)
     assert kept["i1"]["kept_at_min_workers"] is True
@@ -300,3 +312,19 @@ def test_a_worker_vast_shows_stopped_bills_storage_before_the_records_catch_up()
         records, [row(stopping)], [SPEC], lineage=LINEAGE, serial=1, now=NOW, error=None
     )
     assert by_record(running)["i1"]["dollars_per_hour"] == 0.5  # a stop under way bills in full
+
+
+def test_a_cluster_down_holds_down_says_so_and_since_when() -> None:
+    records = downed(
+        evolve(Records(), clusters={SPEC.name: ClusterRecord(SPEC.name, SPEC.digest)}),
+        SPEC.name,
+        NOW - 600,
+    )
+    args = {"lineage": LINEAGE, "serial": 1, "now": NOW, "error": None}
+    payload = status.build(records, [], [SPEC], **args)
+    (cluster,) = payload["clusters"]
+    assert cluster["held_down_at"] == NOW - 600
+    assert "held down by `ray-vast down` since" in status_text.human(payload)
+    changed = replace(SPEC, digest="another")  # its spec changed since: no longer held
+    (cluster,) = status.build(records, [], [changed], **args)["clusters"]
+    assert cluster["held_down_at"] is None

@@ -11,20 +11,28 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+# The tests write bytecode caches (gitignored `__pycache__`) whatever PYTHONDONTWRITEBYTECODE
+# says, and so do the processes they start: without them every xdist worker compiled the package
+# and re-rewrote the asserts of ~280 test modules on every run (about 6 s of the fast lane), and
+# every `ray-vast` process an end-to-end test starts compiled what it imports again.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 # Ray reads its authentication mode once, when a process first imports it; some test modules
 # import Ray at collection (the packing corpus runs Ray's scheduler as its oracle), and every
 # Ray head ray-vast talks to runs with token auth, as in `watch` and `up`.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
-from tests import pgserver
-from tests.served import world
-from vastsim.containers.sweep import MARKER
+from tests import pgserver  # noqa: E402 (after the bytecode and Ray settings above)
+from tests.served import world  # noqa: E402
+from vastsim.containers.sweep import MARKER  # noqa: E402
 
 __all__ = ["world"]
 

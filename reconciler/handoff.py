@@ -188,13 +188,21 @@ def _answered(deps: Deps, order: Order) -> Answer:
     """Leave `order` and wait for the controller's answer; withdrawn when none comes in time."""
     deps.out.flush()
     with queue(deps) as mailbox:
-        mailbox.leave(order)
-        deadline = deps.clock.now() + ANSWER_WAIT_SECONDS
-        while (answer := mailbox.answer_of(order.id)) is None:
-            if deps.clock.now() >= deadline and mailbox.withdraw(order.id):
-                raise OperationError(
-                    f"the controller did not answer order {order.id} in"
-                    f" {ANSWER_WAIT_SECONDS:.0f} s; it was withdrawn, nothing was done"
-                )
-            deps.clock.sleep(ANSWER_POLL_SECONDS)
+        ring = mailbox.bell(answer_of=order.id)  # listening before the order is left
+        try:
+            mailbox.leave(order)
+            deadline = deps.clock.now() + ANSWER_WAIT_SECONDS
+            while (answer := mailbox.answer_of(order.id)) is None:
+                if deps.clock.now() >= deadline and mailbox.withdraw(order.id):
+                    raise OperationError(
+                        f"the controller did not answer order {order.id} in"
+                        f" {ANSWER_WAIT_SECONDS:.0f} s; it was withdrawn, nothing was done"
+                    )
+                if ring is None:
+                    deps.clock.sleep(ANSWER_POLL_SECONDS)
+                else:
+                    ring.wait(ANSWER_POLL_SECONDS)  # at once when the answer is written
+        finally:
+            if ring is not None:
+                ring.close()
     return answer

@@ -72,6 +72,17 @@ class OrderQueue(Protocol):
         """Take back an order not yet answered; False when the controller answered it."""
         ...
 
+    def bell(self, answer_of: str | None = None) -> Ringing | None:
+        """What rings when an order is left (`answer_of`: when that one is answered), for a
+        waiter to wake at once; None where the waiter polls (files, SQLite)."""
+        ...
+
+
+class Ringing(Protocol):
+    def wait(self, seconds: float) -> bool: ...
+
+    def close(self) -> None: ...
+
 
 class FileOrders:
     """`<state dir>/orders/<id>.json`, answered by `<id>.answer` (the order file removed)."""
@@ -114,6 +125,9 @@ class FileOrders:
         except (OSError, ValueError):
             return None
         return Answer(int(doc["code"]), str(doc["message"]))
+
+    def bell(self, answer_of: str | None = None) -> Ringing | None:
+        return None
 
     def withdraw(self, order_id: str) -> bool:
         try:

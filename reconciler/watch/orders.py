@@ -15,11 +15,14 @@ Every order is answered (code and message), a refusal included; one that cannot 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from reconciler import planfile
 from reconciler.applying.pinlog import log_pin
+from reconciler.clock import Clock
 from reconciler.errors import RayVastError
 from reconciler.model.applied import HELD_DOWN, downed, remembered
 from reconciler.operations import EXIT_ERROR, EXIT_OK, check_saved, check_specs, outcome_of
@@ -31,11 +34,35 @@ from reconciler.state.sql.store import SqlStore
 from reconciler.vast.errors import VastError
 from reconciler.watch.controller import Controller
 
+# How often a wait on the doorbell looks at the stop event (a signal ends it within this).
+STOP_CHECK_SECONDS = 0.2
+
 
 def mailbox(controller: Controller, state_dir: Path) -> OrderQueue:
     """This watch's mailbox: on its state's own connection when the state is a database's."""
     store = controller.journal.store
     return SqlOrders(store.link) if isinstance(store, SqlStore) else FileOrders(state_dir)
+
+
+class Doorbell:
+    """The loop's wait between turns: cut short when an order is left, where the state's
+    database rings (PostgreSQL's NOTIFY); a plain wait where the next turn's look finds it."""
+
+    def __init__(self, queue: OrderQueue) -> None:
+        self._ring = queue.bell()
+
+    def wait(self, clock: Clock, stop: threading.Event, seconds: float) -> None:
+        if self._ring is None:
+            clock.wait(stop, seconds)
+            return
+        deadline = time.monotonic() + max(seconds, 0.0)
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            if self._ring.wait(min(left, STOP_CHECK_SECONDS)):
+                return
+
+    def close(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
 
 
 def take_orders(queue: OrderQueue, controller: Controller, logger: logging.Logger) -> None:

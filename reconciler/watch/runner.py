@@ -31,7 +31,7 @@ from reconciler.watch.containment import FAILURE_BACKOFF
 from reconciler.watch.controller import Controller, TickReport
 from reconciler.watch.metrics import DollarCounter, Gauges, MetricsServer
 from reconciler.watch.notify import RevisionStatus
-from reconciler.watch.orders import mailbox, take_orders
+from reconciler.watch.orders import Doorbell, mailbox, take_orders
 from reconciler.watch.served import Served
 from reconciler.watch.signals import AgentSignals, Signals
 from reconciler.watch.source import GitError, SpecSource
@@ -187,6 +187,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     told.say(options.source.revision, "success", "reconciling " + ", ".join(controller.specs))
     ticks = 0
     failures = 0  # loop turns in a row that raised past the controller's own containment
+    bell = Doorbell(mailbox(controller, deps.state_dir))
     try:
         while not options.stop.is_set():
             try:
@@ -208,7 +209,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
                 ticks += 1
                 if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
                     break
-                _sleep(deps, options.stop, wait)
+                bell.wait(deps.clock, options.stop, wait)
                 continue
             failures = 0
             ticks += 1
@@ -219,8 +220,9 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
             if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
                 break
             wait = controller.next_wakeup(deps.clock.now())
-            _sleep(deps, options.stop, min(wait, POLL_SECONDS))
+            bell.wait(deps.clock, options.stop, min(wait, POLL_SECONDS))
     finally:
+        bell.close()
         for service in services:
             service.stop()
         # the head's destroys already asked for are still made (their intent is saved anyway)
@@ -238,11 +240,6 @@ EXIT_LOCK_LOST = 1
 DEMAND_CHECK_SECONDS = 2.0
 # How long a stopping watch waits for the head's destroys already handed to the applier.
 STOP_DRAIN_SECONDS = 30.0
-
-
-def _sleep(deps: Deps, stop: threading.Event, seconds: float) -> None:
-    """Real waits use the stop event (a signal wakes it); a fake clock just advances."""
-    deps.clock.wait(stop, max(seconds, 0.0))
 
 
 def _follow(

@@ -100,7 +100,7 @@ def test_a_force_unlock_is_ledgered_with_who_removed_whose_lock(world: World, sh
     assert run(world, shared, "apply", str(LOCAL_SIM), "--auto-approve").returncode == 0
     holder = _holder(shared, world.state_dir)
     try:
-        info = holder.lock("watch")
+        info = holder.lock("apply")  # another runner's apply (a watch would take the order)
         refused = run(world, shared, "plan", str(LOCAL_SIM))
         assert refused.returncode == 0  # plan takes no lock
         blocked = run(world, shared, "apply", str(LOCAL_SIM), "--auto-approve")

@@ -58,7 +58,8 @@ def watcher(world: World) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
+        print(f"watch (pid {proc.pid}) said:\n{err[-4000:]}")  # shown when the test failed
 
 
 def test_spec_change_reconciles_at_once_and_sigterm_stops(

@@ -10,14 +10,18 @@ PostgreSQL's proof that a holder's session is gone is its session advisory lock 
 the holder takes it on the connection that renews its lease and the server drops it when that
 session ends, however it ends. SQLite has no sessions to ask about: a lapsed lease is the proof
 (the holder fences itself before it lapses, and the database refuses its late writes by their
-fencing token).
+fencing token). PostgreSQL also rings a bell (LISTEN/NOTIFY) when an order or its answer is
+written, so the one waiting for it wakes at once; SQLite's waiters poll.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -87,6 +91,15 @@ class Dialect(Protocol):
 
     def end_session(self, conn: Connection, session: int) -> None: ...
 
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        """Tell the listeners of `channel` (at the commit of the transaction it is in)."""
+        ...
+
+    def listen(self, channel: str) -> Bell | None:
+        """A connection of its own that hears `channel`; None where nothing can be heard
+        (SQLite: its waiters poll)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Sqlite:
@@ -131,6 +144,12 @@ class Sqlite:
         return None
 
     def end_session(self, conn: Connection, session: int) -> None:
+        return None
+
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        return None
+
+    def listen(self, channel: str) -> Bell | None:
         return None
 
 
@@ -201,3 +220,56 @@ class Postgres:
 
     def end_session(self, conn: Connection, session: int) -> None:
         conn.execute("SELECT pg_terminate_backend(%s, 5000)", (session,))  # waits for its end
+
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+    def listen(self, channel: str) -> Bell | None:
+        return PgBell(self, channel)
+
+
+class Bell(Protocol):
+    def wait(self, seconds: float, matches: Callable[[str], bool]) -> bool:
+        """Wait up to `seconds` for a notification whose payload `matches`: True when one came
+        (False: the time ran out, or nothing can be heard now; the caller looks anyway)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class PgBell:
+    """LISTEN on a connection of its own (PostgreSQL's NOTIFY wakes a waiter at once, where a
+    poll would find the row up to a poll later). A connection lost is opened again at the next
+    wait; meanwhile the wait just sleeps, and the caller's look finds what came."""
+
+    def __init__(self, dialect: Postgres, channel: str) -> None:
+        self.dialect = dialect
+        self.channel = channel
+        self._conn: Any = None
+
+    def wait(self, seconds: float, matches: Callable[[str], bool]) -> bool:
+        deadline = time.monotonic() + max(seconds, 0.0)
+        try:
+            conn = self._listening()
+            while (left := deadline - time.monotonic()) > 0:
+                for note in conn.notifies(timeout=left, stop_after=1):
+                    if matches(note.payload):
+                        return True
+            return False
+        except self.dialect.unavailable:
+            self.close()
+            time.sleep(max(deadline - time.monotonic(), 0.0))
+            return False
+
+    def _listening(self) -> Any:
+        if self._conn is None:
+            conn = self.dialect.connect()
+            conn.execute(f'LISTEN "{self.channel}"')
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()

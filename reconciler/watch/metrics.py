@@ -9,16 +9,14 @@ started, by cluster and cause, as `ray-vast cost` counts them (`DollarCounter`).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 from reconciler.model import cost
 from reconciler.model.records import Records
-from reconciler.state.ledger import LedgerEntry
+from reconciler.state.tails import LedgerTail
 
 
 @dataclass
@@ -44,10 +42,9 @@ class DollarCounter:
     each instance keeps the most it was priced at, and a record that retention drops keeps its
     last dollars."""
 
-    def __init__(self, since: float, ledger: Path | None = None) -> None:
+    def __init__(self, since: float, tail: LedgerTail | None = None) -> None:
         self.since = since
-        self.ledger = ledger
-        self._offset = ledger.stat().st_size if ledger is not None and ledger.exists() else 0
+        self.tail = tail
         self._live: dict[str, dict[tuple[str, str], float]] = {}  # by instance
         self._final: dict[tuple[str, str], float] = {}
 
@@ -79,21 +76,10 @@ class DollarCounter:
             self._final[key] = self._final.get(key, 0.0) + dollars
 
     def _new_bills(self) -> list[cost.Life]:
-        """The bills in the ledger's lines written since the last look (whole lines only)."""
-        if self.ledger is None or not self.ledger.exists():
+        """The bills in the ledger's entries written since the last look."""
+        if self.tail is None:
             return []
-        with self.ledger.open("rb") as handle:
-            handle.seek(self._offset)
-            chunk = handle.read()
-        whole = chunk[: chunk.rfind(b"\n") + 1]
-        self._offset += len(whole)
-        entries = []
-        for line in whole.splitlines():
-            try:
-                entries.append(LedgerEntry.from_json(json.loads(line)))
-            except (UnicodeDecodeError, ValueError):
-                continue  # a torn line: `ray-vast ledger` says so; the counter goes on
-        return list(cost.lives_from_ledger(entries).values())
+        return list(cost.lives_from_ledger(self.tail.new()).values())
 
 
 def _escape(value: str) -> str:

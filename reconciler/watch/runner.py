@@ -26,6 +26,8 @@ from reconciler.spec.loader import LoadResult
 from reconciler.state.backend import lease_seconds
 from reconciler.state.errors import LockLostError, StateLockedError
 from reconciler.state.ledger import ledger_path
+from reconciler.state.sql.ledger import SqlLedger
+from reconciler.state.tails import FileTail, LedgerTail, SqlTail
 from reconciler.views import diagnostics as diag_view
 from reconciler.watch.containment import FAILURE_BACKOFF
 from reconciler.watch.controller import Controller, TickReport
@@ -179,9 +181,8 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     services = _services(controller, options)
     gauges = Gauges()
     metrics = _metrics(controller, gauges, logger) if options.metrics else None
-    # the orphans' dollars are read from a ledger file's new lines (a database's: not yet)
-    ledger = None if deps.in_database else ledger_path(deps.state_dir)
-    dollars = DollarCounter(deps.clock.now(), ledger) if metrics else None
+    # the orphans' dollars are read from the ledger's new entries: a file's, or the database's
+    dollars = DollarCounter(deps.clock.now(), _tail(deps, controller)) if metrics else None
     served = Served()
     told = RevisionStatus(deps.env, logger)
     told.say(options.source.revision, "success", "reconciling " + ", ".join(controller.specs))
@@ -299,6 +300,13 @@ def _report_invalid(deps: Deps, loaded: LoadResult | None) -> None:
         deps.err.write("Error: no specs to watch\n")
         return
     diag_view.write_human(loaded.diagnostics, deps.err)
+
+
+def _tail(deps: Deps, controller: Controller) -> LedgerTail:
+    ledger = controller.journal.ledger
+    return (
+        SqlTail(ledger) if isinstance(ledger, SqlLedger) else FileTail(ledger_path(deps.state_dir))
+    )
 
 
 def _metrics(

@@ -30,6 +30,7 @@ from reconciler.state.sql.store import SqlStore
 from tests.ci import gitrepo
 from tests.pgserver import PgServer
 from tests.served import LOCAL_SIM, World
+from tests.tcprelay import relay
 from tests.waiting import wait_for
 from vastsim.faults import CREATE_ROUTE
 
@@ -272,3 +273,41 @@ def test_a_database_outage_longer_than_the_lease_stops_the_apply_and_another_run
     assert taken.stdout.strip(), told  # the dead holder's lease was taken over, not removed
     again = team.run("plan", "clusters", "--detailed-exitcode")
     assert again.returncode == 0, again.stdout
+
+
+def test_a_runner_whose_path_to_the_database_goes_silent_calls_vast_no_more(
+    team: Team, pg_server: PgServer
+) -> None:
+    """The path from a runner to the database carries nothing (a partition, or a server that
+    stopped answering): no refusal, no reset. The runner makes no call to vast once its lease
+    may have ended; the database still sees its session, so its lease is STUCK and a person
+    removes it; the next runner goes on; when the path heals, the cut-off runner's late write
+    is refused and it stops. (Had its write begun a transaction when the path went silent, the
+    server ends that session after 2 s and the lease is taken over with no person.)"""
+    if not team.url.startswith("postgresql"):
+        pytest.skip("a SQLite file has no network path")
+    world = team.world
+    team.review(cpu_min=2)
+    world.sim.faults.slow(CREATE_ROUTE, seconds=1.0, count=4)
+    with relay(("127.0.0.1", pg_server.port)) as path:
+        direct = team.url
+        team.url = direct.replace(f":{pg_server.port}/", f":{path.port}/")
+        silent = team.start("apply", "--reviewed", "clusters")
+        team.url = direct
+        wait_for(lambda: world.sim.faults.slow_left(CREATE_ROUTE) <= 1, 60, "third create sent")
+        path.blackhole()
+        stuck = wait_for(lambda: _lapsed(team), 60, "the silent runner's lease lapsed", every=0.2)
+        made = creates(world)  # its lease has lapsed by the database's clock: no call after it
+        if stuck is not True:  # its session is open (idle, not in a transaction): a person
+            assert stuck.liveness is Liveness.STUCK  # removes the lock, as the error says
+            removed = team.run("state", "force-unlock", stuck.info.id)
+            assert removed.returncode == 0, removed.stderr
+        after = team.run("apply", "clusters", "--auto-approve", "--lock-timeout", "60")
+        assert after.returncode == 0, after.stdout + after.stderr
+        path.heal()
+        code, said = finish(silent)
+    assert code == 1 and "no longer this process's" in said, said
+    told = team.run("ledger", "--json").stdout
+    labels = [i.label for i in world.sim.instances.values()]
+    assert made <= 3, told  # the third create was at vast when the path went silent; no fourth
+    assert len(labels) == len(set(labels)) == creates(world) == 4, told

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -81,6 +82,8 @@ def test_state_migrate_moves_the_files_state_whole_into_a_database(
     assert world.run("apply", str(LOCAL_SIM), "--auto-approve").returncode == 0
     before = json.loads((world.state_dir / "state.json").read_text())
     before_lines = (world.state_dir / "ledger.jsonl").read_text().splitlines()
+    until = ["--until", f"{time.time():.3f}", "--json"]  # one window for both bills
+    billed = json.loads(world.run("cost", *until).stdout)
     moved = world.run("state", "migrate", f"file://{world.state_dir}", shared)
     assert moved.returncode == 0, moved.stderr
     assert f"serial {before['serial']}" in moved.stdout and PASSWORD not in moved.stdout
@@ -94,6 +97,8 @@ def test_state_migrate_moves_the_files_state_whole_into_a_database(
     assert lines[-1]["class"] == "state_migrated" and lines[-1]["seq"] == len(before_lines) + 1
     status = run(world, shared, "status", str(LOCAL_SIM), "--json")
     assert json.loads(status.stdout)["lineage"] == before["lineage"]
+    # `cost` with no spec directory reads the database's records and ledger: the same bill
+    assert json.loads(run(world, shared, "cost", *until).stdout) == billed
 
 
 def test_a_force_unlock_is_ledgered_with_who_removed_whose_lock(world: World, shared: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 from reconciler.clock import FakeClock
 from reconciler.model.records import Intent, Phase, Records, Role
 from reconciler.state.ledger import LedgerEvent, LedgerKind, LedgerWriter
+from reconciler.state.tails import FileTail
 from reconciler.watch.metrics import DollarCounter, Gauges, render
 from tests.planning.builders import record
 
@@ -37,7 +38,7 @@ def test_they_count_from_the_start_and_keep_what_retention_drops(tmp_path: Path)
         storage_dph=0.036,
     )
     ledger = tmp_path / "ledger.jsonl"
-    counter = DollarCounter(T0, ledger)
+    counter = DollarCounter(T0, FileTail(ledger))
     first = counter.update(Records(instances={"i1": worker}), T0 + 100)
     assert first == pytest.approx({("c1", "serving"): 0.01})  # 100 s at 1e-4 $/s, from T0
     ended = Records(

@@ -22,6 +22,7 @@ from fleetsim.simulate import Config, Scenario, default_windows, market
 from reconciler.model import cost
 from reconciler.spec.loader import load
 from reconciler.state.ledger import read_ledger
+from reconciler.state.tails import FileTail
 from reconciler.watch.metrics import DollarCounter
 from tests.scenarios.test_stop_pending import spans
 from tests.scenarios.world import M, Signals, cluster, lines, rented, run, workers
@@ -40,7 +41,7 @@ def test_cost_is_within_one_percent_of_the_meter_per_cluster_and_in_total() -> N
     with fleet_of(specs, market=market(config), typed=True) as f:
         scenario = Scenario(config, f, windows=windows, pull_limit=float(pull_limit))
         scenario.install()
-        counter = DollarCounter(f.clock.now(), f.ledger)
+        counter = DollarCounter(f.clock.now(), FileTail(f.ledger))
         counted: dict[tuple[str, str], float] = {}
 
         def each() -> None:

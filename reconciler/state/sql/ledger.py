@@ -91,3 +91,16 @@ class SqlLedger:
         sql = "SELECT line FROM rv_ledger WHERE workspace = ? ORDER BY seq"
         rows = self.link.run(lambda conn: self.link.q(conn, sql).fetchall())
         yield from parse_lines((r[0].encode() for r in rows), self.link.where, query)
+
+    def last_seq(self) -> int:
+        """The workspace's newest entry's `seq` (0 with none)."""
+        sql = "SELECT COALESCE(MAX(seq), 0) FROM rv_ledger WHERE workspace = ?"
+        return int(self.link.run(lambda conn: self.link.q(conn, sql).fetchone())[0])
+
+    def after(self, seq: int) -> list[LedgerEntry]:
+        """The workspace's entries after `seq`, oldest first (what a reader has not seen)."""
+        sql = "SELECT line FROM rv_ledger WHERE workspace = ? AND seq > ? ORDER BY seq"
+        rows = self.link.run(
+            lambda conn: self.link.q(conn, sql, self.link.workspace, seq).fetchall()
+        )
+        return list(parse_lines((r[0].encode() for r in rows), self.link.where))

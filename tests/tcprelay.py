@@ -65,6 +65,16 @@ class Relay:
             thread.start()
 
     def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        """Carry bytes both ways until one end closes; then the other is closed too (as the
+        peer's reset reaches a client once a healed path carries it)."""
+        try:
+            self._carry(client, server)
+        finally:
+            for end in (client, server):
+                with contextlib.suppress(OSError):
+                    end.close()
+
+    def _carry(self, client: socket.socket, server: socket.socket) -> None:
         other = {client: server, server: client}
         with selectors.DefaultSelector() as selector:
             for end in other:

@@ -41,6 +41,8 @@ CONTROLLER_OPERATIONS = frozenset({"watch"})
 # How long an apply waits for the controller's answer, and how often it looks.
 ANSWER_WAIT_SECONDS = 900.0
 ANSWER_POLL_SECONDS = 0.5
+# How long `down` waits for an `up` whose every cluster it took down to end.
+CONTROLLER_END_SECONDS = 60.0
 
 
 def to_controller(refused: StateLockedError) -> bool:
@@ -157,10 +159,13 @@ def down(
     specs: Sequence[ClusterSpec],
     *,
     auto_approve: bool,
+    head: downing.HeadStop | None = None,
 ) -> int:
     """`down` while a live controller holds the state: the person sees what will end and says
     yes, as ever; the controller marks the cluster held down and sends the destroys; this
-    command waits for vast's confirmation (a read of the listing, no lock)."""
+    command waits for vast's confirmation (a read of the listing, no lock), then stops the
+    cluster's Ray head when ray-vast runs it here (`up`, which stops once all its clusters are
+    down: it is waited for, so the simulator can stop after it)."""
     provider = deps.provider([s for s in specs if s.name == cluster])
     _, lineage, _ = deps.read_records()
     targets = [i for i in downing.listed(provider) if teardown.labelled_for(i, cluster)]
@@ -170,6 +175,8 @@ def down(
         f"`ray-vast {info.operation}` (pid {info.pid} on {info.host}) holds the state: it carries"
         f" the down out, and holds {cluster} down from then on ({HELD_DOWN}).\n"
     )
+    if head is not None:
+        deps.out.write(f"ray-vast down {cluster} will stop {head.description}.\n")
     downing.approve_down(deps, auto_approve=auto_approve)
     order = Order.new(DOWN, {"cluster": cluster}, at=deps.clock.now(), by=Identity.current().who)
     answer = _answered(deps, order)
@@ -181,7 +188,29 @@ def down(
         deps.err.write(f"Error: still present at vast: {sorted(remaining)}\n")
         return EXIT_ERROR
     deps.out.write(f"\nDown complete: {len(targets)} instance(s) of {cluster} destroyed.\n")
+    if head is not None:
+        _controller_ended(deps, refused)
+        if head.stop():
+            deps.out.write(f"Ray head of {cluster} stopped.\n")
     return EXIT_OK
+
+
+def _controller_ended(deps: Deps, refused: StateLockedError) -> None:
+    """Wait (a while) for the controller to end, when `down` holds every cluster it has down:
+    `up` stops then, and the Ray head and the simulator it used can stop after it."""
+    records, _, _ = deps.read_records()
+    if any(c.down_at is None for c in records.clusters.values()):
+        return  # it still runs other clusters
+    store = deps.store()
+    try:
+        deadline = deps.clock.now() + CONTROLLER_END_SECONDS
+        while deps.clock.now() < deadline:
+            holder = store.lock_holder()
+            if holder is None or holder.info.id != refused.info.id:
+                return
+            deps.clock.sleep(ANSWER_POLL_SECONDS)
+    finally:
+        closed(store, unlock=False)
 
 
 def _answered(deps: Deps, order: Order) -> Answer:

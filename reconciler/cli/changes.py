@@ -220,7 +220,7 @@ def down(
         except StateLockedError as exc:
             if not handoff.to_controller(exc):
                 raise
-            code = handoff.down(deps, exc, cluster, specs, auto_approve=auto_approve)
+            code = handoff.down(deps, exc, cluster, specs, auto_approve=auto_approve, head=head)
         if code == 0 and up_mod.stop_simulator_if_unused(deps):
             typer.echo("Embedded vastsim stopped.")
     raise typer.Exit(code)

@@ -81,7 +81,8 @@ class WatchOptions:
     on_tick: Callable[[TickReport], None] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     # `up`: its clusters are brought up, so a `down`'s hold of them lifts (a plain `watch`
-    # keeps a held cluster down until its spec changes or it is applied again).
+    # keeps a held cluster down until its spec changes or it is applied again); and once
+    # `down` holds every one of them down and nothing of them is left, `up` has no more to do.
     bring_up: bool = False
 
 
@@ -192,11 +193,11 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
     try:
         while not options.stop.is_set():
             try:
-                controller.journal.check_lease()
-                _reload(
-                    options.source, controller, deps, logger, services, served=served, told=told
+                going = _turn(
+                    deps, controller, options, logger, services=services, served=served, told=told
                 )
-                take_orders(mailbox(controller, deps.state_dir), controller, logger)
+                if not going:
+                    break
                 started = time.monotonic()
                 report = controller.tick()
                 _follow(served, services, controller)
@@ -208,7 +209,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
                 wait = FAILURE_BACKOFF.after(failures)
                 logger.exception("the tick failed; tried again in %.0f s", wait)
                 ticks += 1
-                if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
+                if _enough(options, ticks):
                     break
                 bell.wait(deps.clock, options.stop, wait)
                 continue
@@ -218,7 +219,7 @@ def _loop(deps: Deps, controller: Controller, options: WatchOptions, logger: log
             _refresh(gauges, controller, elapsed, ticks, services, dollars=dollars)
             if options.on_tick:
                 options.on_tick(report)
-            if options.once or (options.max_ticks is not None and ticks >= options.max_ticks):
+            if _enough(options, ticks):
                 break
             wait = controller.next_wakeup(deps.clock.now())
             bell.wait(deps.clock, options.stop, min(wait, POLL_SECONDS))
@@ -300,6 +301,38 @@ def _report_invalid(deps: Deps, loaded: LoadResult | None) -> None:
         deps.err.write("Error: no specs to watch\n")
         return
     diag_view.write_human(loaded.diagnostics, deps.err)
+
+
+def _turn(
+    deps: Deps,
+    controller: Controller,
+    options: WatchOptions,
+    logger: logging.Logger,
+    *,
+    services: Sequence[Service],
+    served: Served,
+    told: RevisionStatus,
+) -> bool:
+    """A loop turn's start: the lease still ours, the specs' changes, the orders left; False
+    once `up` has nothing left to do (`down` took every cluster of it down)."""
+    controller.journal.check_lease()
+    _reload(options.source, controller, deps, logger, services, served=served, told=told)
+    take_orders(mailbox(controller, deps.state_dir), controller, logger)
+    if options.bring_up and _all_down(controller):
+        logger.info("every cluster is down (`ray-vast down`): up stops")
+        return False
+    return True
+
+
+def _enough(options: WatchOptions, ticks: int) -> bool:
+    return options.once or (options.max_ticks is not None and ticks >= options.max_ticks)
+
+
+def _all_down(controller: Controller) -> bool:
+    """`down` holds every declared cluster down and no machine of theirs is left live."""
+    if not controller.declared or controller.specs:
+        return False
+    return not any(controller.records().live_instances(name) for name in controller.declared)
 
 
 def _tail(deps: Deps, controller: Controller) -> LedgerTail:

@@ -120,3 +120,21 @@ def test_up_then_ray_status_then_a_task_then_down(upped: UpCluster) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     assert "Embedded vastsim stopped." in down.stdout
     up.nothing_left()
+
+
+def test_down_from_another_terminal_while_up_runs_ends_everything(upped: UpCluster) -> None:
+    """The README's other-terminal flow ends with `down` while `up` still runs in the first
+    one: `up` (the state's one writer) carries the down out and stops once every cluster it
+    runs is down; `down` then stops the Ray head and the embedded simulator. Before, the down
+    was refused while `up` held the state."""
+    up = upped()
+    serving = wait_for(lambda: up.serving("local-sim"), 180, "a serving worker", every=1)
+    assert serving
+    down = up.down()
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "Down complete: 1 instance(s) of local-sim destroyed." in down.stdout, down.stdout
+    assert "Ray head of local-sim stopped." in down.stdout
+    assert "Embedded vastsim stopped." in down.stdout
+    assert up.proc.wait(timeout=60) == 0
+    assert "every cluster is down (`ray-vast down`): up stops" in up.said()
+    up.nothing_left()

@@ -27,6 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HIDDEN_FROM_RAY = ("CONTAINER_API_KEY", "RV_JOIN_TOKEN", "RV_CA_PEM")
+# Ray's own label keys, and the variable through which an autoscaler sets them on a node
+# (ray_constants.RAY_DEFAULT_LABEL_KEYS_PREFIX, LABELS_ENVIRONMENT_VARIABLE).
+RAY_LABEL_PREFIX = "ray.io/"
+RAY_OVERRIDE_LABELS = "RAY_OVERRIDE_LABELS"
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,11 @@ def ray_plan(
 ) -> RayPlan:
     """The `ray start` of one worker (pure): everything from the enrollment answer's `ray`, but
     the node's address is `node_ip` when the container was told its own (see the docstring)."""
-    labels = ",".join(f"{k}={v}" for k, v in sorted(ray["labels"].items()))
+    # `ray start --labels` refuses Ray's own ray.io/ keys; what Ray would have found itself
+    # (the accelerator type, with no NVML in a simulation) is set as Ray's autoscalers set it
+    own = {k: v for k, v in ray["labels"].items() if not k.startswith(RAY_LABEL_PREFIX)}
+    rays = {k: v for k, v in ray["labels"].items() if k.startswith(RAY_LABEL_PREFIX)}
+    labels = ",".join(f"{k}={v}" for k, v in sorted(own.items()))
     address = node_ip or ray["node_ip_address"]
     argv = [
         *command,
@@ -71,6 +79,8 @@ def ray_plan(
         argv.append(f"--temp-dir={os.path.join(base_env['TMPDIR'], 'ray')}")
     env = {k: v for k, v in base_env.items() if k not in HIDDEN_FROM_RAY}
     env.update({str(k): str(v) for k, v in ray["env"].items()})
+    if rays:
+        env[RAY_OVERRIDE_LABELS] = json.dumps(rays, sort_keys=True)
     env["RAY_AUTH_MODE"] = str(ray.get("auth_mode", "token"))
     env["RAY_AUTH_TOKEN_PATH"] = token_path
     env.pop("RAY_AUTH_TOKEN", None)

@@ -26,6 +26,7 @@ from typing import Any
 from reconciler.head.enrollment import Admission
 from reconciler.head.messages import PROTOCOL, EnrollRequest, ResumeRequest
 from reconciler.head.pki import Issued
+from reconciler.model.accelerators import ACCELERATOR_LABEL, ACCELERATOR_RESOURCE_PREFIX
 from reconciler.model.spec import ClusterSpec
 
 IDENTITY_PORTS = 70_000
@@ -163,6 +164,10 @@ def _answer(
     )
     resources = dict(node_type.ray_resources) if node_type else {}
     resources[f"rv-slot-{admission.slot_id}"] = 1.0
+    accelerator = node_type.shape.labels.get(ACCELERATOR_LABEL) if node_type else None
+    if accelerator is not None:  # what Ray would find on the card (no NVML in a simulation)
+        labels[ACCELERATOR_LABEL] = accelerator
+        resources[f"{ACCELERATOR_RESOURCE_PREFIX}{accelerator}"] = 1.0
     counts = declared_counts(node_type.declared_resources) if node_type else {}
     return {
         "protocol": PROTOCOL,

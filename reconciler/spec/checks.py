@@ -26,6 +26,11 @@ RESERVED_ENV_PREFIXES = ("RV_", "VAST_TCP_PORT_", "VAST_UDP_PORT_")
 
 # Names the head or Ray itself gives every node; a spec may not declare them.
 RESERVED_LABEL_PREFIXES = ("rv_", "ray.io/")
+RESERVED_LABELS_WHY = (
+    "ray-vast sets rv_cluster, rv_node_type, rv_record and rv_slot on every worker; Ray owns the"
+    " ray.io/ labels, and ray-vast derives ray.io/accelerator-type from the offer's gpu_name"
+    " filter as Ray names the card (gpu_name: {eq: A100 SXM4} gives A100)"
+)
 RESERVED_RESOURCE_PREFIXES = ("rv-slot-", "node:", "accelerator_type:")
 
 Check = Callable[[ClusterSpec, dict[str, Any], Positions, Diagnostics], None]
@@ -230,16 +235,19 @@ def _check_declared(
                 where,
                 detail="both are what each worker advertises to Ray: say it once",
             )
+    for field_name in ("ray_labels", "labels"):
+        for key in body.get(field_name) or {}:
+            if key.startswith(RESERVED_LABEL_PREFIXES):
+                diags.error(
+                    f"label {key!r} is reserved",
+                    positions.at((*base, field_name, key), prefer_key=True),
+                    detail=RESERVED_LABELS_WHY,
+                )
     for key, value in (body.get("labels") or {}).items():
         where = positions.at((*base, "labels", key), prefer_key=True)
         if key.startswith(RESERVED_LABEL_PREFIXES):
-            diags.error(
-                f"label {key!r} is reserved",
-                where,
-                detail="ray-vast sets rv_cluster, rv_node_type, rv_record and rv_slot on every "
-                "worker, and Ray keeps ray.io/ for its own labels",
-            )
-        elif key in body["ray_labels"] and body["ray_labels"][key] != value:
+            continue
+        if key in body["ray_labels"] and body["ray_labels"][key] != value:
             diags.error(
                 f"labels.{key} is {value!r} but ray_labels.{key} is {body['ray_labels'][key]!r}",
                 where,

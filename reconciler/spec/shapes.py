@@ -14,6 +14,10 @@ thing, taken from the offer filters unless the spec declares it (`resources:`, `
 - custom resources are `ray_resources` (what every worker advertises) and the custom keys of
   `resources:`; labels are `ray_labels`, `labels:` and the two the head gives every worker of the
   type (`rv_cluster`, `rv_node_type`; `rv_record` and `rv_slot` differ per worker).
+- a `gpu_name` filter that allows one card (or cards Ray names alike) gives what Ray gives a node
+  with that GPU: the label `ray.io/accelerator-type` and the resource `accelerator_type:<name>`
+  (1), Ray's name of the card (`model/accelerators.py`), so `accelerator_type=` and label
+  selectors on it pack onto the node type.
 
 The lower bound of one filter is the least value its operators allow: `eq` and `gte` bound it,
 `gt` bounds it strictly (the next whole number for a whole-number field, else the bound itself,
@@ -28,6 +32,11 @@ import operator
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from reconciler.model.accelerators import (
+    ACCELERATOR_LABEL,
+    ACCELERATOR_RESOURCE_PREFIX,
+    accelerator_type,
+)
 from reconciler.model.spec import FilterValue, NodeShape, OfferFilters
 
 BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -89,15 +98,32 @@ def derive(
         put(name, float(amount), f"ray_resources.{name}")
     for name, amount in (declared_resources or {}).items():
         put(name, float(amount), f"resources.{name}")
+    accelerator = filter_accelerator(filters)
+    if accelerator is not None:
+        put(f"{ACCELERATOR_RESOURCE_PREFIX}{accelerator}", 1.0, "gpu_name, as Ray names the card")
     positive = {k: v for k, v in resources.items() if v > 0}
     labels = {**ray_labels, **(declared_labels or {})}
     labels[CLUSTER_LABEL] = cluster
     labels[NODE_TYPE_LABEL] = node_type
+    if accelerator is not None:
+        labels[ACCELERATOR_LABEL] = accelerator
     return NodeShape(
         resources=MappingProxyType(positive),
         labels=MappingProxyType(labels),
         sources=MappingProxyType({k: v for k, v in sources.items() if k in positive}),
     )
+
+
+def filter_accelerator(filters: OfferFilters) -> str | None:
+    """Ray's accelerator type of the GPU every offer the `gpu_name` filter allows has: its `eq`
+    name, or the one name all its `in` names share (None when they differ, or with no filter)."""
+    ops = filters.get("gpu_name") or {}
+    named = ops.get("eq")
+    names = (named,) if isinstance(named, str) else ops.get("in")
+    if not isinstance(names, tuple) or not names:
+        return None
+    types = {accelerator_type(str(n)) for n in names}
+    return types.pop() if len(types) == 1 else None
 
 
 def advertised_resources(

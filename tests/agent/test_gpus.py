@@ -230,3 +230,15 @@ def test_a_simulated_gpu_worker_enrolls_with_its_gpus_and_ray_advertises_the_dec
             assert shown["--num-cpus"] == str(cpus), (node_type, argv)
         else:  # undeclared: the agent's own count, the one it enrolled with
             assert shown["--num-cpus"] == str(enrolled[0].data["cpus"])
+
+
+def test_rays_own_labels_are_set_as_an_autoscaler_sets_them_not_by_flag() -> None:
+    """`ray start --labels` refuses ray.io/ keys (Ray owns them); the accelerator type Ray
+    would have read from the card goes through RAY_OVERRIDE_LABELS, the variable Ray's
+    autoscalers set a node's labels with."""
+    ray = {**RAY, "labels": {"rv_slot": "q1s1", "ray.io/accelerator-type": "A100"}}
+    plan = raynode.ray_plan(["ray"], ray, cpus=2, gpus=1, token_path="/t", base_env={})
+    assert flags(plan.argv)["--labels"] == "rv_slot=q1s1"
+    assert json.loads(plan.env["RAY_OVERRIDE_LABELS"]) == {"ray.io/accelerator-type": "A100"}
+    plain = raynode.ray_plan(["ray"], RAY, cpus=2, gpus=1, token_path="/t", base_env={})
+    assert "RAY_OVERRIDE_LABELS" not in plain.env

@@ -16,12 +16,13 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from tests.e2e.test_live_seed import loopback_only
-from tests.e2e.upped import UpCluster
+from tests.e2e.upped import UpCluster, local_sim
 from tests.waiting import wait_for
 
 pytestmark = [
@@ -76,9 +77,9 @@ def run_driver(
     )
 
 
-def workers(env: dict[str, str]) -> list[dict[str, Any]]:
+def workers(env: dict[str, str], address: str = ADDRESS) -> list[dict[str, Any]]:
     """ray-vast's live workers in Ray: labels and resources."""
-    shown = run_driver(NODES, env, 90)
+    shown = run_driver(NODES.replace(ADDRESS, address), env, 90)
     return [json.loads(line[5:]) for line in shown.stdout.splitlines() if line.startswith("NODE ")]
 
 
@@ -128,3 +129,51 @@ def test_a_gpu_task_rents_a_simulated_gpu_worker_and_runs_on_it(upped: UpCluster
     down = up.down()
     assert down.returncode == 0, down.stdout + down.stderr
     up.nothing_left()
+
+
+ACCELERATOR = "GeForce-RTX-3060"  # Ray's name of "NVIDIA GeForce RTX 3060" (vast: "RTX 3060")
+
+ACCELERATOR_TASKS = textwrap.dedent(
+    f"""
+    import json, os, ray
+    ray.init(address="{ADDRESS}", log_to_driver=False)
+
+    @ray.remote(num_gpus=1, accelerator_type="{ACCELERATOR}")
+    def by_type():
+        return ray.get_runtime_context().get_node_id()
+
+    @ray.remote(num_cpus=1, label_selector={{"ray.io/accelerator-type": "{ACCELERATOR}"}})
+    def by_label():
+        return ray.get_runtime_context().get_node_id()
+
+    wait = float(os.environ["WAIT"])
+    print("RAN", json.dumps([ray.get(by_type.remote(), timeout=wait),
+                             ray.get(by_label.remote(), timeout=wait)]))
+    """
+)
+
+
+def test_rays_accelerator_type_and_its_label_rent_the_card_and_run_there(
+    upped: UpCluster,
+) -> None:
+    """Issue 24: `accelerator_type=` and `label_selector={"ray.io/accelerator-type": ...}`
+    rented nothing (the spec refused ray.io/ labels and no shape carried Ray's name of the
+    card). A gpu node type that filters `gpu_name: {eq: RTX 3060}` is Ray's GeForce-RTX-3060:
+    its worker advertises the label and the `accelerator_type:` resource Ray gives such a node,
+    and both tasks run on it."""
+    spec = local_sim(min_workers=0, max_workers=1)
+    gpu_filters = "          dph_total: {lte: 0.30}   # 2 cpu + 1 gpu workers"
+    assert gpu_filters in spec.text
+    named = "          gpu_name: {eq: RTX 3060}\n" + gpu_filters
+    spec = replace(spec, text=spec.text.replace(gpu_filters, named))
+    up = upped(spec)
+    ray_env, address = up.ray_env(spec.name), up.address(spec.name)
+    done = run_driver(ACCELERATOR_TASKS.replace(ADDRESS, address), ray_env, 300)
+    nodes = workers(ray_env, address)
+    assert "RAN " in done.stdout, f"{done.stdout}\n{done.stderr[-3000:]}\n{nodes}\n{up.said()}"
+    ran = json.loads(done.stdout.split("RAN ", 1)[1])
+    gpu = of_type(nodes, "gpu")
+    assert len(gpu) == 1, gpu
+    assert gpu[0]["labels"]["ray.io/accelerator-type"] == ACCELERATOR, gpu
+    assert gpu[0]["resources"][f"accelerator_type:{ACCELERATOR}"] == 1.0, gpu
+    assert ran == [gpu[0]["id"], gpu[0]["id"]], (ran, gpu)

@@ -161,8 +161,9 @@ CLUSTERS: dict[str, Cluster] = {
                     "GPU": 1,
                     "memory": 22.4 * GB,
                     "object_store_memory": 9.6 * GB,
+                    "accelerator_type:GeForce-RTX-4090": 1,
                 },
-                "labels": labels("mixed", "gpu"),
+                "labels": labels("mixed", "gpu", **{"ray.io/accelerator-type": "GeForce-RTX-4090"}),
                 "max_workers": 3,
             },
             "big": {"resources": {"CPU": 15}, "labels": labels("mixed", "big"), "max_workers": 2},
@@ -217,8 +218,12 @@ CLUSTERS: dict[str, Cluster] = {
                 "max_workers": 4,
             },
             "a100": {
-                "resources": {"CPU": 8, "GPU": 1},
-                "labels": labels("custom", "a100", accelerator="a100"),
+                # what Ray's autoscaler fills in for an A100 node type (and what a node with
+                # the card gets from Ray): its accelerator's resource and label
+                "resources": {"CPU": 8, "GPU": 1, "accelerator_type:A100": 1},
+                "labels": labels(
+                    "custom", "a100", accelerator="a100", **{"ray.io/accelerator-type": "A100"}
+                ),
                 "max_workers": 2,
             },
         },
@@ -828,6 +833,32 @@ CASES: list[Case] = [
         "custom",
         T(tasks({"prep": 1}, 2), tasks({"GPU": 1})),
         expect={"prep": 2, "a100": 1},
+    ),
+    # -- Ray's accelerator names (issue 24): `accelerator_type=` and label selectors on them --
+    Case(
+        "accelerator-type-a100",  # @ray.remote(num_gpus=1, accelerator_type="A100")
+        "custom",
+        T(tasks({"GPU": 1, "accelerator_type:A100": 0.001}, 2)),
+        expect={"a100": 2},
+    ),
+    Case(
+        "accelerator-type-nobody-has",
+        "custom",
+        T(tasks({"GPU": 1, "accelerator_type:H100": 0.001})),
+        expect={},
+        infeasible=("{GPU: 1, accelerator_type:H100: 0.001}",),
+    ),
+    Case(
+        "accelerator-label-selector",  # label_selector={"ray.io/accelerator-type": "A100"}
+        "custom",
+        T(tasks(CPU1, 1, on("ray.io/accelerator-type", "A100"))),
+        expect={"a100": 1},
+    ),
+    Case(
+        "accelerator-label-selector-not-a100",
+        "custom",
+        T(tasks(CPU1, 2, not_on("ray.io/accelerator-type", "A100"))),
+        expect={"prep": 1},
     ),
     # -- declared resources and labels --------------------------------------------------------
     Case("declared-three-cpu-tasks", "declared", T(tasks({"CPU": 3}, 2)), expect={"us": 2}),

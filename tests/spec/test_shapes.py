@@ -199,3 +199,24 @@ def test_validate_says_a_numeric_filter_given_text_is_an_error(tmp_path: Path) -
         f"{file}:13:26: error: spec.node_types.w.offer.filters.num_gpus.eq must be a whole "
         "number, not 'abc' (spec.node_types.w.offer.filters.num_gpus.eq)"
     ) in outcome.stderr
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "accelerator"),
+    [
+        ("{eq: A100 SXM4}", "A100"),
+        ("{in: [A100 SXM4, A100 PCIE]}", "A100"),  # two cards Ray names alike
+        ("{eq: RTX 4090}", "GeForce-RTX-4090"),  # Ray's name of "NVIDIA GeForce RTX 4090"
+        ("{in: [RTX 4090, RTX 3090]}", None),  # no one name: Ray would say either
+        ("{neq: A100 SXM4}", None),
+    ],
+)
+def test_a_gpu_name_filter_gives_rays_accelerator_label_and_resource(
+    gpu_name: str, accelerator: str | None
+) -> None:
+    """Issue 24: `label_selector={"ray.io/accelerator-type": "A100"}` and
+    `accelerator_type="A100"` rented nothing: the shape had neither."""
+    shape = node_type(f"offer: {{filters: {{gpu_name: {gpu_name}, num_gpus: {{eq: 1}}}}}}").shape
+    assert shape.labels.get("ray.io/accelerator-type") == accelerator
+    derived = {k: v for k, v in shape.resources.items() if k.startswith("accelerator_type:")}
+    assert derived == ({f"accelerator_type:{accelerator}": 1.0} if accelerator else {})

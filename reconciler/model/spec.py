@@ -233,6 +233,8 @@ class ClusterSpec:
     allow_short_thresholds: bool
     source: SourceRef = field(compare=False)
     digest: str = ""
+    # Ray's top-level max_workers: the most workers of the whole cluster (None: unbounded).
+    max_workers: int | None = None
     # The document as loaded (JSON, defaults filled): kept with the cluster's record when it is
     # applied, so `status` with no spec directory knows what the controller last applied.
     document: str = field(default="", compare=False, repr=False)

@@ -6,7 +6,8 @@ nodes with their resources and labels) into the pure `model.demand` types. Here 
 still filling go in beside Ray's nodes (pending nodes, one per unit of capacity Ray does not show
 yet, as Ray counts a launching node), a halted node type is capped at what it has (a permanent
 failure launches nothing: its demand goes to the others), and `planning.raypacking` (Ray's own
-`ResourceDemandScheduler`) says how many nodes of each type to launch. The planner is told the
+`ResourceDemandScheduler`, within the cluster's `max_workers` as Ray's top-level one bounds it)
+says how many nodes of each type to launch. The planner is told the
 workers each node type needs in all: the capacity it already counts (workers and open slots) plus
 those launches, so 3 busy workers and 2 pending one-CPU tasks on 2-CPU nodes make 4, not 2.
 
@@ -47,7 +48,7 @@ def reading(
         else t
         for t in type_shapes(spec)
     )
-    packing = raypacking.pack(shapes, nodes, demand)
+    packing = raypacking.pack(shapes, nodes, demand, max_workers=spec.max_workers)
     wanted: dict[NodeKey, int] = {}
     for name in spec.node_types:
         have = scaling.capacity(records.instances, records.requests, spec.name, name)

@@ -35,6 +35,7 @@ def cluster(doc: dict[str, Any], *, source: SourceRef, digest: str) -> ClusterSp
         provider=Provider(**spec["provider"]),
         head=Head(**spec["head"]),
         max_dollars_per_hour=float(spec["max_dollars_per_hour"]),
+        max_workers=spec.get("max_workers"),
         node_types=MappingProxyType(
             {
                 name: node_type(name, body, cluster=doc["metadata"]["name"])

@@ -71,6 +71,22 @@ def check_workers(
             )
 
 
+def check_cluster_max(
+    cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
+) -> None:
+    """Ray's rule: the global max_workers is at least the sum of every type's min_workers."""
+    if cluster.max_workers is None:
+        return
+    floor = sum(t.min_workers for t in cluster.node_types.values())
+    if floor > cluster.max_workers:
+        diags.error(
+            f"max_workers ({cluster.max_workers}) is less than the node types' min_workers "
+            f"together ({floor})",
+            positions.at(("spec", "max_workers")),
+            detail="Ray refuses this config too: the global max_workers bounds every worker",
+        )
+
+
 def check_floors(
     cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
 ) -> None:
@@ -372,6 +388,7 @@ def _matching(doc: Any, pattern: JsonPath, path: JsonPath = ()) -> Iterable[tupl
 
 CHECKS: tuple[Check, ...] = (
     check_workers,
+    check_cluster_max,
     check_floors,
     check_testing,
     check_timers,

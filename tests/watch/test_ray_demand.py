@@ -238,3 +238,37 @@ def test_request_resources_as_autoscaler_v1_keeps_it_is_read_when_the_state_has_
 def wanted_with(kept: bytes | None) -> int:
     read = reading(state(), SPEC, Records(), requested=v1_requested(kept))
     return read.wanted[("c", "gpu")]
+
+
+CAPPED = spec_yaml(
+    "c",
+    """\
+max_dollars_per_hour: 5
+max_workers: 3
+node_types:
+  cpu:
+    min_workers: 1
+    max_workers: 4
+    resources: {CPU: 2}
+    image: rayproject/ray:2.60.0-py311-cpu
+    disk_gb: 10
+    offer: {filters: {num_gpus: {eq: 1}}}
+  gpu:
+    min_workers: 1
+    max_workers: 4
+    resources: {CPU: 2, GPU: 1}
+    image: rayproject/ray:2.60.0-py311-cpu
+    disk_gb: 10
+    offer: {filters: {num_gpus: {eq: 1}}}
+""",
+)
+
+
+def test_the_clusters_max_workers_bounds_every_node_type_together_as_rays_does() -> None:
+    """Issue 24: the spec had no cluster-level max_workers (Ray's cluster YAML has one). Within
+    3 workers, both node types' min_workers come first, as in Ray, and the rest goes to the
+    demand: 8 CPU tasks get one more cpu worker, not four."""
+    spec = load_spec(CAPPED, "c.yaml")
+    assert spec.max_workers == 3
+    read = reading(state(tasks=[({"CPU": 1}, 8)]), spec, Records())
+    assert read.wanted == {("c", "cpu"): 2, ("c", "gpu"): 1}

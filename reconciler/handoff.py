@@ -145,11 +145,24 @@ def apply_specs(
     deps.out.write(plan_view.human(saved.plan))
     if saved.plan.errored:
         return EXIT_ERROR
-    if not saved.plan.has_changes:
+    records, _, _ = deps.read_records()
+    if not saved.plan.has_changes and _followed(records, specs):
         return EXIT_OK
     if not auto_approve:
         operations.confirm(deps)
     return apply(deps, refused, saved, specs, allow_mass_destroy=allow_mass_destroy)
+
+
+def _followed(records: Records, specs: Sequence[ClusterSpec]) -> bool:
+    """Whether the controller already reconciles exactly these specs, none held down: only then
+    is a plan with no changes nothing to hand over (else applying it makes the controller take
+    these specs, and lifts a `down`'s hold)."""
+    return all(
+        (record := records.clusters.get(s.name)) is not None
+        and record.spec_digest == s.digest
+        and record.down_at is None
+        for s in specs
+    )
 
 
 def down(

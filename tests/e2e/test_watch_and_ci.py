@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,14 +91,18 @@ def _holder(url: str) -> int | None:
     return holder.info.pid if holder is not None else None
 
 
-def _records(url: str) -> dict[str, dict[str, object]]:
+def _snapshot(url: str) -> dict[str, Any]:
     store = _store(url)
     try:
         snapshot = store.read()
     finally:
         store.close()
     assert snapshot is not None
-    return dict(snapshot.records["instances"])
+    return dict(snapshot.records)
+
+
+def _records(url: str) -> dict[str, dict[str, object]]:
+    return dict(_snapshot(url)["instances"])
 
 
 def test_a_pipelines_reviewed_apply_and_a_pin_from_elsewhere_go_through_the_watch(
@@ -161,6 +166,11 @@ def test_a_down_from_another_machine_is_carried_out_by_the_watch_and_it_rents_no
     )
     assert sum(1 for r in world.sim.requests if r.route == CREATE_ROUTE) == made
     assert proc.poll() is None, "the watch runs on"
+    # applying the cluster again lifts the hold, even a spec that plans no change (no worker)
+    gitrepo.commit(repo, {"clusters/local-sim.yaml": spec(0, port)}, "no worker")
+    again = cli(world, shared, repo, runner, "apply", "clusters", "--auto-approve")
+    assert again.returncode == 0 and "Applied by this watch" in again.stdout, again.stdout
+    assert _snapshot(shared)["clusters"]["local-sim"]["down_at"] is None
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert "held down" in err, err[-3000:]

@@ -22,10 +22,14 @@ from vastsim.faults import LIST_ROUTE, Canned
 
 
 def spec_text(min_workers: int, metrics_port: int) -> str:
+    """local-sim.yaml on ports of its own (the example's head ports clash with another test's
+    watch when tests run side by side in one network namespace)."""
     return (
         LOCAL_SIM.read_text()
         .replace("min_workers: 1 ", f"min_workers: {min_workers} ")
         .replace("metrics_port: 19464", f"metrics_port: {metrics_port}")
+        .replace("enroll_port: 18443", f"enroll_port: {free_port()}")
+        .replace("heartbeat_port: 18444", f"heartbeat_port: {free_port()}")
     )
 
 

@@ -132,7 +132,9 @@ def test_a_quiet_container_next_to_a_busy_one_is_quiet(runner: ProcessRunner) ->
     assert calm["cpu_source"] == "cgroup"
     assert calm["cpu_fraction"] < 0.10  # ... and B says quiet: the old sample said busy
     assert busy["cpu_source"] == "cgroup"
-    assert busy["cpu_fraction"] > 0.5  # A is busy by its own account
+    # A is busy by its own account: far above the busy mark (not 0.5 of its one CPU: with CI's
+    # three lanes on two CPUs the burner measured 0.48)
+    assert busy["cpu_fraction"] > 3 * CPU_BUSY
 
     runner.shutdown()
     assert runner.pids(burner) == [] and runner.pids(quiet) == []

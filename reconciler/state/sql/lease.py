@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -36,10 +35,14 @@ from reconciler.state.errors import (
 from reconciler.state.lock import Identity, LockHolder, wait_for_lock
 from reconciler.state.lockinfo import LockInfo
 from reconciler.state.sql.dialect import Connection
+from reconciler.state.sql.keeper import Keeper
 from reconciler.state.sql.link import Link
 from reconciler.state.store import new_lock_info
 
 LEASE_SECONDS = 60.0
+# How long a locker waits for a releasing holder's beacon, and how often it asks.
+RELEASE_WAIT_SECONDS = 1.0
+RELEASE_POLL_SECONDS = 0.02
 _log = logging.getLogger(__name__)
 Row = tuple[LockInfo, float, int | None]  # the holder, its lease's time left, its session
 
@@ -67,7 +70,7 @@ class Lease:
         self._monotonic = monotonic
         self._valid_until = 0.0
         self._lost: str | None = None
-        self._keeper: _Keeper | None = None
+        self._keeper: Keeper | None = None
         link.on_reconnect = self._reclaim
         link.still_ok = self._still_ok
 
@@ -81,7 +84,7 @@ class Lease:
             clock=self._clock,
             timeout_seconds=timeout_seconds,
         )
-        self._keeper = _Keeper(self)
+        self._keeper = Keeper(self)
         self._keeper.start()
         return info
 
@@ -100,7 +103,7 @@ class Lease:
             refused = self._refusal(conn, row) if row is not None else None
             if refused is not None:
                 return refused
-            if not link.dialect.take_beacon(conn, link.workspace):  # a holder mid-release
+            if not self._beacon_within(conn, RELEASE_WAIT_SECONDS):  # a holder mid-release
                 return StateLockedError(
                     _releasing(link.where), liveness=Liveness.ALIVE, lock_path=link.where
                 )
@@ -346,6 +349,17 @@ class Lease:
             link.dialect.end_session(conn, session)
         return LockHolder(info, Liveness.ALIVE if left > 0 else Liveness.DEAD, lease_left=left)
 
+    def _beacon_within(self, conn: Connection, seconds: float) -> bool:
+        """The workspace's beacon, waited for a moment: with no lock row, a session that still
+        holds it is a holder between deleting its row and giving the beacon back (milliseconds),
+        and a refusal then could name nobody."""
+        deadline = self._monotonic() + seconds
+        while not self.link.dialect.take_beacon(conn, self.link.workspace):
+            if self._monotonic() >= deadline:
+                return False
+            time.sleep(RELEASE_POLL_SECONDS)
+        return True
+
     def holder(self) -> LockHolder | None:
         def step(conn: Connection) -> LockHolder | None:
             row = self.row(conn)
@@ -361,33 +375,3 @@ class Lease:
 
 def _releasing(where: str) -> LockInfo:
     return LockInfo("(being released)", "unknown", "unknown@unknown", 0, 0.0, "?", where)
-
-
-class _Keeper:
-    """The thread that renews a lease every third of its length until stopped."""
-
-    def __init__(self, lease: Lease) -> None:
-        self._lease = lease
-        self._stopped = threading.Event()
-        name = f"lease {lease.link.workspace}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stopped.wait(self._lease.seconds / 3):
-            try:
-                self._lease.renew()
-            except LockLostError:
-                pass  # said where the process stops (the next check raises it again)
-            except StateError as exc:
-                _log.warning("%s: %s", self._lease.link.where, exc)
-            if self._lease.lost:
-                self._lease.let_go()
-                return

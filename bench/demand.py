@@ -19,25 +19,22 @@ tests):
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.live import free_port
 from fleetsim.harness import START, fleet
 from reconciler.model.observation import NodeKey
 from reconciler.spec.loader import load_texts
 from reconciler.spec.text import spec_yaml
+from tests.e2e.upped import local_sim, running_up
 from tests.waiting import wait_for
 from vastsim.faults import CREATE_ROUTE
 
@@ -82,7 +79,6 @@ def figures(trials: int, check: float | None) -> tuple[float, float, float]:
     return statistics.median(waits), p95, waits[-1]
 
 
-ROOT = Path(__file__).resolve().parents[1]
 DRIVER = textwrap.dedent(
     """
     import sys, time, ray
@@ -101,80 +97,35 @@ DRIVER = textwrap.dedent(
 
 
 def real_ray_wait(workdir: Path) -> float:
-    """One trial with real Ray under `ray-vast up`: seconds from a driver's submit to the first
-    create call in the ledger."""
-    ray_port = free_port()
-    text = (
-        (ROOT / "examples" / "clusters" / "local-sim.yaml")
-        .read_text()
-        .replace("min_workers: 1 ", "min_workers: 0 ")
-        .replace("ray_port: 6380", f"ray_port: {ray_port}")
-        .replace("enroll_port: 18443", f"enroll_port: {free_port()}")
-        .replace("heartbeat_port: 18444", f"heartbeat_port: {free_port()}")
-        .replace("metrics_port: 19464", f"metrics_port: {free_port()}")
-    )
-    spec, state = workdir / "local-sim.yaml", workdir / "state"
-    spec.write_text(text)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VAST_", "RAY_", "CUDA_"))}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    token = state / "pki" / "local-sim" / "ray-auth-token"
-    ray_env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-    address = f"127.0.0.1:{ray_port}"
-    ray = str(Path(sys.executable).with_name("ray"))
-    cli = [sys.executable, "-m", "reconciler"]
-    with (workdir / "up.log").open("w") as log:
-        up = subprocess.Popen(
-            [*cli, "up", str(spec), "--state-dir", str(state)],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    driver: subprocess.Popen[str] | None = None
-    try:
-
-        def head_up() -> bool:
-            if not token.exists():
-                return False
-            status = [ray, "status", "--address", address]
-            shown = subprocess.run(
-                status, env=ray_env, capture_output=True, timeout=60, check=False
-            )
-            return shown.returncode == 0
-
-        wait_for(head_up, 180, every=2)
+    """One trial with real Ray under `ray-vast up` (the e2e tests' `running_up`): seconds from a
+    driver's submit to the first create call in the ledger."""
+    spec = local_sim(min_workers=0)
+    with running_up(workdir, [spec]) as up:
         driver = subprocess.Popen(
-            [sys.executable, "-c", DRIVER, address],
-            env=ray_env,
+            [sys.executable, "-c", DRIVER, up.address()],
+            env=up.ray_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
         )
-        assert driver.stdout is not None
-        line = driver.stdout.readline()
-        if not line.startswith("SUBMITTED "):
-            raise AssertionError(f"the driver said {line!r}")
-        submitted = float(line.split()[1])
+        try:
+            assert driver.stdout is not None
+            line = driver.stdout.readline()
+            if not line.startswith("SUBMITTED "):
+                raise AssertionError(f"the driver said {line!r}")
+            submitted = float(line.split()[1])
 
-        def first_create() -> float | None:
-            ledger = state / "ledger.jsonl"
-            lines = ledger.read_text().splitlines() if ledger.exists() else []
-            for entry in (json.loads(x) for x in lines if x.strip()):
-                if entry["kind"] == "call" and entry["message"].startswith("create from"):
-                    return float(entry["time"])
-            return None
+            def first_create() -> float | None:
+                for entry in up.ledger():
+                    if entry["kind"] == "call" and entry["message"].startswith("create from"):
+                        return float(entry["time"])
+                return None
 
-        created: float = wait_for(first_create, 120, every=0.2)
-        return created - submitted
-    finally:
-        if driver is not None:
+            created: float = wait_for(first_create, 120, every=0.2)
+            return created - submitted
+        finally:
             driver.kill()
             driver.wait()
-        up.terminate()
-        up.wait(timeout=60)
-        down = [*cli, "down", "local-sim", "--auto-approve", "--state-dir", str(state)]
-        subprocess.run(down, cwd=ROOT, env=env, capture_output=True, timeout=180, check=False)
 
 
 def real_ray(trials: int) -> None:
@@ -182,7 +133,6 @@ def real_ray(trials: int) -> None:
     for _ in range(trials):
         with tempfile.TemporaryDirectory(prefix="rv-demand-") as workdir:
             waits.append(real_ray_wait(Path(workdir)))
-            time.sleep(1)
     waits.sort()
     print(
         f"{'real Ray under up (submit -> create)':34} {statistics.median(waits):6.1f}s "

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import median
 
+from reconciler.model.demand import scripted
 from reconciler.model.labels import label_for
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Instance, Offer
@@ -167,7 +168,10 @@ def build_world(instances: int, clusters: int, *, seed: int = SEED) -> World:
     records = Records(
         instances=builder.instances, requests=builder.requests, next_id=builder.next_record
     )
-    observation = Observation(listing=tuple(builder.rows), offers=offers, demand=demand)
+    clusters_by_name = {c.name: c for c in loaded.clusters}
+    observation = Observation(
+        listing=tuple(builder.rows), offers=offers, ray=scripted(clusters_by_name, demand)
+    )
     live = sum(1 for r in builder.instances.values() if r.live)
     return World(list(loaded.clusters), records, observation, live)
 

@@ -45,6 +45,7 @@ from reconciler.head.answers import HeadEndpoints
 from reconciler.head.app import HeadApp
 from reconciler.head.launcher import AgentLauncher
 from reconciler.model.codec import encode
+from reconciler.model.demand import RayReport, scripted
 from reconciler.model.labels import parse_label
 from reconciler.model.observation import NodeKey
 from reconciler.model.rayversions import RayVersions
@@ -102,14 +103,15 @@ class DemandSignals(AgentSignals):
     def __post_init__(self) -> None:
         super().__init__()
 
-    def demand(  # type: ignore[override]
-        self, specs: Mapping[str, ClusterSpec], records: Records
-    ) -> Mapping[NodeKey, int] | None:
+    def reports(  # type: ignore[override]
+        self, specs: Mapping[str, ClusterSpec]
+    ) -> Mapping[str, RayReport] | None:
+        """Ray asking for the scripted workers, as a report the planner packs (`scripted`)."""
         if self.clock is None:
             return {}
         self.read_clusters = tuple(specs)
         now = self.clock.now()
-        return self.demand_at(now) if self.readable(now) else None
+        return scripted(specs, self.demand_at(now)) if self.readable(now) else None
 
     def unread(self) -> tuple[str, ...]:
         """Every cluster of the last reading while Ray's head cannot be read (the controller

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 from reconciler.applying.journal import Journal
 from reconciler.applying.provider import Provider
-from reconciler.applying.teardown import DownOutcome, close_records, down_outcome, wait_gone
+from reconciler.applying.teardown import (
+    DownOutcome,
+    close_records,
+    down_outcome,
+    planned_down,
+    wait_gone,
+)
 from reconciler.deps import Deps
 from reconciler.model.applied import downed
 from reconciler.model.observed import Instance
@@ -87,14 +93,7 @@ def _down_plan(
     """The down plan from vast's listing, and the instances with the cluster's label that it
     ends."""
     listing = listed(provider)
-    plan = teardown.down_plan(
-        cluster,
-        listing,
-        journal.records(),
-        lineage=journal.lineage,
-        serial=journal.serial,
-        now=deps.clock.now(),
-    )
+    plan = planned_down(journal, cluster, listing, deps.clock.now())
     return plan, [i for i in listing if teardown.labelled_for(i, cluster)]
 
 

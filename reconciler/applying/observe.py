@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from reconciler.applying.provider import Provider
 from reconciler.applying.search import offer_search
+from reconciler.model.demand import RayReport
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Plan
@@ -79,7 +80,7 @@ def observe_and_plan(
     lineage: str,
     serial: int,
     now: float,
-    demand: Mapping[NodeKey, int] | None = None,
+    ray: Mapping[str, RayReport] | None = None,
     ray_unread_since: Mapping[str, float] | None = None,
     sweep_orphans: bool = True,
     declared: Collection[str] | None = None,
@@ -95,7 +96,7 @@ def observe_and_plan(
     seen = listing(provider, records)
     seen = Observation(
         seen.listing,
-        demand=dict(demand or {}),
+        ray=dict(ray or {}),
         listing_error=seen.listing_error,
         ray_unread_since=dict(ray_unread_since or {}),
     )
@@ -119,8 +120,15 @@ def observe_and_plan(
     first = planned(seen)(records)
     if first.errored or not first.unmet:
         return final(planned(seen)) if settle else first
-    offers, failed = search(provider, specs, {(u.cluster, u.node_type) for u in first.unmet})
+    keys = {(u.cluster, u.node_type) for u in first.unmet}
+    offers, failed = search(provider, specs, keys)
     full = replace(seen, offers=offers, search_errors=failed)
+    # Priced, a budget that binds can move Ray's demand onto a node type the unpriced first plan
+    # did not search (the GPU nodes cost too much; CPU nodes serve part of it): search it too.
+    more = {(u.cluster, u.node_type) for u in planned(full)(records).unmet} - keys
+    if more:
+        extra, extra_failed = search(provider, specs, more)
+        full = replace(full, offers={**offers, **extra}, search_errors={**failed, **extra_failed})
     return final(planned(full))
 
 

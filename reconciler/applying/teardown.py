@@ -10,14 +10,16 @@ here: anything said to the person (`downing.down` says it) and any destroy of it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from reconciler.applying.executor import ApplyResult
 from reconciler.applying.journal import Journal
 from reconciler.applying.provider import Provider
 from reconciler.clock import Clock
+from reconciler.model.observed import Instance
 from reconciler.model.plan import Plan
+from reconciler.planning.teardown import down_plan
 from reconciler.state.ledger import LedgerEvent, LedgerKind
 from reconciler.vast.errors import VastError
 
@@ -35,6 +37,19 @@ class DownOutcome:
     def complete(self) -> bool:
         """Every destroy sent and confirmed: the cluster's records may be closed."""
         return not self.failed and not self.remaining and not self.undone
+
+
+def planned_down(journal: Journal, cluster: str, listing: Sequence[Instance], now: float) -> Plan:
+    """`down`'s plan for one cluster on the journal's records as they are now: the one place
+    both the `down` command and a watch carrying out a down order build it."""
+    return down_plan(
+        cluster,
+        listing,
+        journal.records(),
+        lineage=journal.lineage,
+        serial=journal.serial,
+        now=now,
+    )
 
 
 def down_outcome(

@@ -23,6 +23,9 @@ from typing import Literal
 
 from reconciler.model.spec import ClusterSpec, NodeType
 
+# The label the head gives every worker of a node type (spec/shapes.py derives it into the shape).
+NODE_TYPE_LABEL = "rv_node_type"
+
 Resources = Mapping[str, float]
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 STRATEGIES: tuple[Strategy, ...] = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -165,6 +168,51 @@ class Demand:
         return not (self.tasks or self.placement_groups or self.requested)
 
 
+@dataclass(frozen=True)
+class RayReport:
+    """What one cluster's Ray head reported, as its autoscaler reads it: the demand, and Ray's
+    live nodes (the head among them) with their resources and labels. The observation carries
+    it as read; how many workers it needs is the planner's (`planning/raydemand.py`)."""
+
+    demand: Demand = field(default_factory=Demand)
+    nodes: tuple[CurrentNode, ...] = ()
+
+
+def asking_for(cluster: ClusterSpec, workers: Mapping[str, int]) -> RayReport:
+    """A report of Ray asking for `workers[name]` workers of each node type and no live node:
+    what a scenario or a benchmark scripts as demand. Packed, it needs exactly that many
+    workers of each type (within the type's bounds): that many pending tasks of the node type's
+    whole shape, each held to its node type by its `rv_node_type` label. A shape with no
+    resources holds any number of tasks on one node, so its workers are asked for as Ray asks
+    for nodes of their own: a STRICT_SPREAD placement group, one bundle per worker (at most the
+    type's `max_workers`, since a group is placed whole or not at all)."""
+    tasks: list[ShapeCount] = []
+    groups: list[PlacementGroup] = []
+    for name, count in workers.items():
+        node_type = cluster.node_types.get(name)
+        if node_type is None or count <= 0:
+            continue
+        held = (LabelConstraint(NODE_TYPE_LABEL, (name,)),)
+        resources = node_type.shape.resources
+        if resources:
+            tasks.append(ShapeCount(resources, count, (held,)))
+        else:
+            bundles = (Bundle({}, held),) * min(count, node_type.max_workers)
+            groups.append(PlacementGroup(f"{name}-workers", "STRICT_SPREAD", bundles))
+    return RayReport(Demand(tasks=tuple(tasks), placement_groups=tuple(groups)))
+
+
+def scripted(
+    specs: Mapping[str, ClusterSpec], workers: Mapping[tuple[str, str], int]
+) -> dict[str, RayReport]:
+    """Reports of Ray asking for `workers[(cluster, node type)]` workers (`asking_for`), one per
+    cluster of `specs`: what a scenario or a benchmark scripts as Ray's demand."""
+    return {
+        name: asking_for(spec, {t: n for (c, t), n in workers.items() if c == name})
+        for name, spec in specs.items()
+    }
+
+
 def request_resources(
     num_cpus: int | None = None,
     bundles: Sequence[Resources] = (),
@@ -222,12 +270,16 @@ class Packing:
     """Ray's decision: nodes to launch per node type (those `min_workers` needs included, as Ray
     launches them), and what it leaves unplaced. `infeasible` fits no node type at all (rent
     nothing for it and say so); `capped` would fit a node type whose `max_workers`, or the
-    cluster's node limit, leaves no room. `ray_version` is the Ray that decided."""
+    cluster's node limit or its budget, leaves no room. `ray_version` is the Ray that
+    decided."""
 
     launches: Mapping[str, int]
     infeasible: tuple[Unmet, ...]
     capped: tuple[Unmet, ...]
     ray_version: str
+    # Pending nodes per node type that no demand needs (Ray would end them as "pending and not
+    # needed"; `min_workers` keeps what it needs).
+    unneeded: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:

@@ -22,7 +22,7 @@ from reconciler.model.plan import Action, ActionKind, ClusterCost, Detection, Fo
 from reconciler.model.records import InstanceRecord, Intent, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits
-from reconciler.planning import lifecycle, orphans, pins, requests, scaling
+from reconciler.planning import lifecycle, orphans, pins, raydemand, requests, scaling
 from reconciler.planning.draft import Draft
 from reconciler.planning.offers import Budget
 from reconciler.planning.refresh import refresh
@@ -222,7 +222,8 @@ def _plan_cluster(
     requests.settle_requests(draft, spec)
     lifecycle.restart_stopped(draft, spec.name)
     budget = Budget(spent=before + _delta(draft, spec.name), cap=spec.max_dollars_per_hour)
-    frozen = _ray_unreadable(draft, spec, observation)
+    frozen = raydemand.unreadable(draft, spec, observation)
+    demand = raydemand.workers_wanted(draft, spec, observation, budget)
     for node_type in spec.node_types.values():
         key = (spec.name, node_type.name)
         scaling.scale(
@@ -230,32 +231,10 @@ def _plan_cluster(
             spec,
             node_type,
             offers=observation.offers.get(key, ()),
-            demand=observation.demand.get(key, 0),
+            demand=demand.get(key, 0),
             budget=budget,
             frozen=frozen,
         )
-
-
-RAY_UNREADABLE_SECONDS = 60.0
-
-
-def _ray_unreadable(draft: Draft, spec: ClusterSpec, observation: Observation) -> str | None:
-    """Why nothing may be rented for a cluster whose Ray head has not been readable for 60 s
-    (DESIGN.md 11: workers that cannot join it are money for nothing), alerting a person; None
-    while it is read (or was unreadable for less)."""
-    since = observation.ray_unread_since.get(spec.name)
-    if since is None or draft.now - since < RAY_UNREADABLE_SECONDS:
-        return None
-    why = (
-        f"the Ray head of {spec.name} at {spec.head.address}:{spec.head.ray_port} has not been "
-        f"readable for {draft.now - since:.0f}s: nothing is rented until it answers"
-    )
-    found = Detection(spec.name, "ray_unreadable", why, cluster=spec.name)
-    raised = len(draft.alerts)
-    draft.alert(spec.name, found)
-    if len(draft.alerts) > raised:  # the ledger says it when the alert is raised, not each plan
-        draft.detections.append(found)
-    return why
 
 
 def _removed(draft: Draft, declared: Collection[str] | None) -> set[str]:

@@ -1,15 +1,17 @@
-"""Ray's demand into the workers each node type needs: Ray's own packing, in the planner.
+"""Ray's report into the workers each node type needs: Ray's own packing, in the planner.
 
-The watch layer reads what Ray's autoscaler reads (`watch/raydemand.py`: pending tasks and
+The observation carries what Ray's head reported (`model.demand.RayReport`: pending tasks and
 actors by shape, pending placement groups, the `request_resources()` constraint, and Ray's live
-nodes with their resources and labels) into the pure `model.demand` types. Here the slots we are
+nodes with their resources and labels; `watch/raydemand.py` reads it). Here the slots we are
 still filling go in beside Ray's nodes (pending nodes, one per unit of capacity Ray does not show
 yet, as Ray counts a launching node), a halted node type is capped at what it has (a permanent
 failure launches nothing: its demand goes to the others), and `planning.raypacking` (Ray's own
-`ResourceDemandScheduler`, within the cluster's `max_workers` as Ray's top-level one bounds it)
-says how many nodes of each type to launch. The planner is told the
-workers each node type needs in all: the capacity it already counts (workers and open slots) plus
-those launches, so 3 busy workers and 2 pending one-CPU tasks on 2-CPU nodes make 4, not 2.
+`ResourceDemandScheduler`, within the cluster's `max_workers` as Ray's top-level one bounds it,
+and within the $/h left as Ray bounds a node type) says how many nodes of each type to launch and
+which pending ones no demand needs. The planner is told the workers each node type needs: the
+capacity it counts (workers and open slots), less the pending nodes Ray finds not needed, plus
+the launches. So 3 busy workers and 2 pending one-CPU tasks on 2-CPU nodes make 4, not 2; and a
+request whose tasks went away is needed by nothing (the no-consumer watchdog ends it).
 
 Demand that fits no node type is kept (`Reading.infeasible`, in Ray's words) for the controller
 to say once per shape; it rents nothing.
@@ -20,11 +22,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from reconciler.model.demand import CurrentNode, Demand, type_shapes
-from reconciler.model.observation import NodeKey
-from reconciler.model.records import Records
+from reconciler.model.demand import CurrentNode, RayReport, type_shapes
+from reconciler.model.observation import NodeKey, Observation
+from reconciler.model.observed import Offer
+from reconciler.model.plan import Detection
+from reconciler.model.records import BreakerState, InstanceRecord, Records, Request
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import raypacking, scaling
+from reconciler.planning.draft import Draft
+from reconciler.planning.offers import Budget, unfit_reason
 
 
 @dataclass(frozen=True)
@@ -36,37 +42,122 @@ class Reading:
 
 
 def reading(
-    demand: Demand, live: Sequence[CurrentNode], spec: ClusterSpec, records: Records
+    report: RayReport,
+    spec: ClusterSpec,
+    instances: Mapping[str, InstanceRecord],
+    requests: Mapping[str, Request],
+    breakers: Mapping[str, BreakerState],
+    *,
+    offers: Mapping[NodeKey, Sequence[Offer]] | None = None,
+    allowance: float | None = None,
 ) -> Reading:
-    """What Ray reported for one cluster (its demand and its live nodes) packed onto the
-    cluster's node types as Ray packs it."""
-    nodes = with_pending(live, spec, records)
+    """What Ray reported for one cluster packed onto the cluster's node types as Ray packs it;
+    with `offers` and `allowance`, a node of each type priced at its cheapest acceptable offer
+    and the launches kept within the $/h left."""
+    have = {n: scaling.capacity(instances, requests, spec.name, n) for n in spec.node_types}
+    nodes = with_pending(report.nodes, have)
     # a halted node type (a permanent failure) launches nothing: its demand goes to the others
     shapes = tuple(
         replace(t, max_workers=min(t.max_workers, _count(nodes, t.name)), min_workers=0)
-        if scaling.halted(records, spec, spec.node_types[t.name])
+        if scaling.halted(breakers, spec, spec.node_types[t.name])
         else t
         for t in type_shapes(spec)
     )
-    packing = raypacking.pack(shapes, nodes, demand, max_workers=spec.max_workers)
-    wanted: dict[NodeKey, int] = {}
-    for name in spec.node_types:
-        have = scaling.capacity(records.instances, records.requests, spec.name, name)
-        wanted[(spec.name, name)] = have + int(packing.launches.get(name, 0))
+    packing = raypacking.pack(
+        shapes,
+        nodes,
+        report.demand,
+        max_workers=spec.max_workers,
+        prices=None if offers is None else prices(spec, offers),
+        allowance=allowance,
+    )
+    wanted = {
+        (spec.name, name): count
+        - int(packing.unneeded.get(name, 0))
+        + int(packing.launches.get(name, 0))
+        for name, count in have.items()
+    }
     infeasible = tuple(f"{u.words()} fits no node type of {spec.name}" for u in packing.infeasible)
     return Reading(wanted, infeasible)
 
 
-def with_pending(
-    live: Sequence[CurrentNode], spec: ClusterSpec, records: Records
-) -> list[CurrentNode]:
+def readings(
+    reports: Mapping[str, RayReport], specs: Mapping[str, ClusterSpec], records: Records
+) -> dict[str, Reading]:
+    """Each reported cluster's reading against the records, unpriced (no budget: what the
+    between-reconcile wake-up and the nets compare with; the plan packs within the budget)."""
+    return {
+        name: reading(report, specs[name], records.instances, records.requests, records.breakers)
+        for name, report in reports.items()
+        if name in specs
+    }
+
+
+def wanted_of(found: Mapping[str, Reading]) -> dict[NodeKey, int]:
+    """The workers wanted per node type, over every reading."""
+    return {key: n for r in found.values() for key, n in r.wanted.items()}
+
+
+def workers_wanted(
+    draft: Draft, spec: ClusterSpec, observation: Observation, budget: Budget
+) -> Mapping[NodeKey, int]:
+    """The workers Ray's report needs per node type, packed as Ray packs it within the cluster's
+    caps and the $/h left (a cluster Ray was not read for asks for nothing beyond min_workers)."""
+    report = observation.ray.get(spec.name)
+    if report is None:
+        return {}
+    return reading(
+        report,
+        spec,
+        draft.instances,
+        draft.requests,
+        draft.breakers,
+        offers=observation.offers,
+        allowance=max(0.0, budget.cap - budget.spent),
+    ).wanted
+
+
+RAY_UNREADABLE_SECONDS = 60.0
+
+
+def unreadable(draft: Draft, spec: ClusterSpec, observation: Observation) -> str | None:
+    """Why nothing may be rented for a cluster whose Ray head has not been readable for 60 s
+    (DESIGN.md 11: workers that cannot join it are money for nothing), alerting a person; None
+    while it is read (or was unreadable for less)."""
+    since = observation.ray_unread_since.get(spec.name)
+    if since is None or draft.now - since < RAY_UNREADABLE_SECONDS:
+        return None
+    why = (
+        f"the Ray head of {spec.name} at {spec.head.address}:{spec.head.ray_port} has not been "
+        f"readable for {draft.now - since:.0f}s: nothing is rented until it answers"
+    )
+    found = Detection(spec.name, "ray_unreadable", why, cluster=spec.name)
+    raised = len(draft.alerts)
+    draft.alert(spec.name, found)
+    if len(draft.alerts) > raised:  # the ledger says it when the alert is raised, not each plan
+        draft.detections.append(found)
+    return why
+
+
+def prices(spec: ClusterSpec, offers: Mapping[NodeKey, Sequence[Offer]]) -> dict[str, float]:
+    """A node of each type at its cheapest offer that meets the type's own filters (what the
+    rental would pick first); a type with no such offer rents nothing, so it costs nothing."""
+    out: dict[str, float] = {}
+    for name, node_type in spec.node_types.items():
+        fit = [
+            o.dph_total for o in offers.get((spec.name, name), ()) if not unfit_reason(o, node_type)
+        ]
+        out[name] = min(fit, default=0.0)
+    return out
+
+
+def with_pending(live: Sequence[CurrentNode], have: Mapping[str, int]) -> list[CurrentNode]:
     """Ray's live nodes of the cluster, and one pending node per unit of capacity we count that
     Ray does not show yet (an open slot, or a worker whose Ray has not joined)."""
     nodes = list(live)
-    for name in spec.node_types:
-        have = scaling.capacity(records.instances, records.requests, spec.name, name)
+    for name, count in have.items():
         shown = sum(1 for n in live if n.node_type == name and not n.head)
-        nodes += [CurrentNode(node_type=name, running=False)] * max(0, have - shown)
+        nodes += [CurrentNode(node_type=name, running=False)] * max(0, count - shown)
     return nodes
 
 

@@ -51,6 +51,8 @@ from reconciler.model.demand import (
     Unmet,
     launches_of,
 )
+from reconciler.planning import packbudget, packmemo
+from reconciler.planning.packmemo import Question
 
 # The Ray whose ResourceDemandScheduler the corpus was checked against.
 TESTED_RAY_VERSION = "2.60.0"
@@ -64,20 +66,80 @@ def pack(
     demand: Demand,
     *,
     max_workers: int | None = None,
+    prices: Mapping[str, float] | None = None,
+    allowance: float | None = None,
 ) -> Packing:
     """The nodes Ray's autoscaler would launch per node type for `demand`, given the node types
     (in spec order: Ray breaks ties by it) and the current nodes; `max_workers` caps the workers
-    of the whole cluster as Ray's top-level `max_workers` does (the head is not counted)."""
+    of the whole cluster as Ray's top-level `max_workers` does (the head is not counted).
+
+    `allowance` is the $/h the launches may add, a node of each type priced at `prices` (its
+    cheapest acceptable offer): the budget is a bound inside Ray's packing, applied the way Ray
+    applies a node type's `max_workers`. Ray launches its best-scoring node, then the next; a
+    node type with no room left leaves the pool and the others go on. Here a node type whose
+    next node the money left cannot buy leaves the pool the same way, at the point Ray's own
+    order reaches it. `min_workers` of every node type come first and are never cut, as Ray
+    enforces them before any bound."""
+    free = packmemo.answer(Question.of(node_types, nodes, demand, max_workers, None, None), _packed)
+    if allowance is None or packbudget.cost(free.launches, prices) <= allowance + 1e-9:
+        return free
+    asked = Question.of(node_types, nodes, demand, max_workers, prices, allowance)
+    return packmemo.answer(asked, _packed)
+
+
+def _packed(asked: Question) -> Packing:
+    node_types, nodes, demand = asked.node_types, asked.nodes, asked.demand
+    prices, allowance = asked.prices, asked.allowance
     ray = _Ray()
     configs = ray.node_type_configs(node_types, nodes)
     heads = sum(1 for n in nodes if n.head)
+    cap = None if asked.max_workers is None else asked.max_workers + heads
+
+    def run(limit: int | None, held: Mapping[str, int]) -> tuple[Any, Mapping[str, int]]:
+        return _schedule(ray, configs, held, node_types, nodes, demand, limit)
+
+    reply, launches = run(cap, {})
+    if allowance is not None and packbudget.cost(launches, prices) > allowance + 1e-9:
+        reply, launches = packbudget.within(
+            run, cap, nodes, _floor(node_types, nodes), prices or {}, allowance
+        )
+    worker_configs = [configs[t.name] for t in node_types]
+    infeasible, capped = ray.unmet(reply, demand, worker_configs)
+    return Packing(
+        launches, tuple(infeasible), tuple(capped), ray.version, unneeded=ray.unneeded(reply)
+    )
+
+
+def _floor(node_types: Sequence[TypeShape], nodes: Sequence[CurrentNode]) -> int:
+    """The nodes there and those `min_workers` launches: Ray's cap must not go below it."""
+    have = Counter(n.node_type for n in nodes if not n.head)
+    return len(nodes) + sum(max(0, t.min_workers - have[t.name]) for t in node_types)
+
+
+def _schedule(  # noqa: PLR0917 - one run of Ray's scheduler takes all it decides on
+    ray: _Ray,
+    configs: Mapping[str, Any],
+    held: Mapping[str, int],
+    node_types: Sequence[TypeShape],
+    nodes: Sequence[CurrentNode],
+    demand: Demand,
+    max_num_nodes: int | None,
+) -> tuple[Any, Mapping[str, int]]:
+    """One run of Ray's scheduler, the node types in `held` bounded at that many nodes: its
+    reply, and the launches per worker node type."""
+    bounded = {name: copy.deepcopy(c) for name, c in configs.items()}
+    for name, most in held.items():
+        bounded[name].max_worker_nodes = min(bounded[name].max_worker_nodes, most)
     request = ray.SchedulingRequest(
         # As KubeRay runs autoscaler v2. With the check on, Ray 2.60 takes every pending
         # instance for outdated (SchedulingNode.from_node_config drops its launch-config hash)
         # and launches a replacement; it also warns about the head on every call.
         disable_launch_config_check=True,
-        node_type_configs=configs,
-        max_num_nodes=None if max_workers is None else max_workers + heads,
+        node_type_configs=bounded,
+        max_num_nodes=max_num_nodes,
+        # Ray marks a pending node that no demand needs for termination once it has been
+        # unneeded longer than this; below zero, every unneeded one is marked now (`unneeded`).
+        pending_idle_timeout_s=_UNNEEDED_NOW,
         resource_requests=[ray.by_count(s) for s in demand.tasks if s.count > 0],
         gang_resource_requests=[ray.gang(pg) for pg in demand.placement_groups if pg.bundles],
         cluster_resource_constraints=ray.constraints(demand.requested),
@@ -88,9 +150,11 @@ def pack(
     launches = launches_of(
         (lr.instance_type, int(lr.count)) for lr in reply.to_launch if lr.instance_type in workers
     )
-    worker_configs = [configs[t.name] for t in node_types]
-    infeasible, capped = ray.unmet(reply, demand, worker_configs)
-    return Packing(launches, tuple(infeasible), tuple(capped), ray.version)
+    return reply, launches
+
+
+# See `_schedule`: Ray's pending idle timeout, set so that every unneeded pending node is marked.
+_UNNEEDED_NOW = -1.0
 
 
 class _Ray:
@@ -261,7 +325,19 @@ class _Ray:
         wanted = [self.by_count(s) for s in requested if s.count > 0]
         return [self.pb.ClusterResourceConstraint(resource_requests=wanted)] if wanted else []
 
-    # -- what stays unplaced ----------------------------------------------------------------
+    # -- what stays unplaced, and what is not needed -------------------------------------------
+
+    def unneeded(self, reply: Any) -> Mapping[str, int]:
+        """Per node type, the pending nodes Ray would end as "pending and not needed": no demand
+        and no `request_resources()` bundle is placed on them, and `min_workers` does not keep
+        them (Ray's own idle termination of pending nodes)."""
+        idle = self.im.TerminationRequest.Cause.IDLE
+        pending = {self.im.Instance.QUEUED, self.im.Instance.ALLOCATED}
+        return launches_of(
+            (t.instance_type, 1)
+            for t in reply.to_terminate
+            if t.cause == idle and t.instance_status in pending
+        )
 
     def fits_a_node_type(self, req: Any, configs: Sequence[Any]) -> bool:
         """Whether one request fits an empty node of some node type, by Ray's own rule."""

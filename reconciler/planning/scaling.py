@@ -20,6 +20,7 @@ from reconciler.model.labels import label_for
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
 from reconciler.model.records import (
+    BreakerState,
     InstanceRecord,
     Intent,
     Records,
@@ -178,10 +179,10 @@ def _capacity(record: InstanceRecord) -> bool:
     )
 
 
-def halted(records: Records, spec: ClusterSpec, node_type: NodeType) -> bool:
+def halted(breakers: Mapping[str, BreakerState], spec: ClusterSpec, node_type: NodeType) -> bool:
     """Whether a permanent failure halts this node type as its image and env are now (the
     planner rents nothing for it; Ray's demand is packed onto the others)."""
-    state = records.breakers.get(breaker_key(spec.name, node_type.name))
+    state = breakers.get(breaker_key(spec.name, node_type.name))
     if state is None:
         return False
     return state.halted(node_type.ray_fingerprint)

@@ -37,6 +37,7 @@ from reconciler.model.accelerators import (
     ACCELERATOR_RESOURCE_PREFIX,
     accelerator_type,
 )
+from reconciler.model.demand import NODE_TYPE_LABEL
 from reconciler.model.spec import FilterValue, NodeShape, OfferFilters
 
 BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -47,7 +48,6 @@ OBJECT_STORE_PERCENT = 30
 OBJECT_STORE_MAX_BYTES = 200 * 10**9
 # The labels the head puts on every worker of a node type (reconciler/head/answers.py).
 CLUSTER_LABEL = "rv_cluster"
-NODE_TYPE_LABEL = "rv_node_type"
 # Filters that say the node type is about GPUs even when `num_gpus` has no lower bound.
 GPU_FILTERS = ("gpu_name", "gpu_ram", "gpu_total_ram", "gpu_arch", "compute_cap")
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {

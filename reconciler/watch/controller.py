@@ -275,7 +275,7 @@ class Controller:
             lineage=self.journal.lineage,
             serial=self.journal.serial,
             now=now,
-            demand=self.ray.demand(self.specs, now) or {},
+            ray=self.ray.reports(self.specs, now) or {},
             ray_unread_since=self.ray.unread_since(self.specs, now),
             sweep_orphans=sweep,
             declared=set(self.declared) if self.prune else None,

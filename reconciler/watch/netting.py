@@ -31,6 +31,7 @@ from reconciler.model.records import InstanceRecord, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import dispatch, idle
 from reconciler.nets.detection import Detection
+from reconciler.planning import raydemand
 from reconciler.planning.react import react
 from reconciler.state.clusterlog import ClusterLog
 from reconciler.watch.alerting import say_alerts
@@ -115,13 +116,14 @@ class Netting:
     def _demand_of(
         self, cluster: str, specs: Mapping[str, ClusterSpec], seen: Records
     ) -> Mapping[NodeKey, int] | None:
+        """The workers Ray's report of the cluster needs per node type (None: unread)."""
         mine = {cluster: specs[cluster]}
-        return self.containment.shared(
-            f"ray_demand of {cluster}",
-            lambda: self.signals().demand(mine, seen),
-            None,
-            specs,
+        reports = self.containment.shared(
+            f"ray_demand of {cluster}", lambda: self.signals().reports(mine), None, specs
         )
+        if reports is None:
+            return None
+        return raydemand.wanted_of(raydemand.readings(reports, mine, seen))
 
     def _findings(
         self,

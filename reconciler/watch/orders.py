@@ -22,11 +22,12 @@ from pathlib import Path
 
 from reconciler import planfile
 from reconciler.applying.pinlog import log_pin
+from reconciler.applying.teardown import planned_down
 from reconciler.clock import Clock
 from reconciler.errors import RayVastError
 from reconciler.model.applied import HELD_DOWN, downed, remembered
 from reconciler.operations import EXIT_ERROR, EXIT_OK, check_saved, check_specs, outcome_of
-from reconciler.planning import pins, teardown
+from reconciler.planning import pins
 from reconciler.spec.loader import load_texts
 from reconciler.state.orders import APPLY, DOWN, PIN, Answer, FileOrders, Order, OrderQueue
 from reconciler.state.sql.orders import SqlOrders
@@ -128,10 +129,7 @@ def _down(order: Order, controller: Controller) -> Answer:
     with controller.lock:
         journal = controller.journal
         journal.update(lambda records: downed(records, cluster, now, controller.declared.values()))
-        plan = teardown.down_plan(
-            cluster, listing, journal.records(), lineage=journal.lineage, serial=journal.serial,
-            now=now,
-        )  # fmt: skip
+        plan = planned_down(journal, cluster, listing, now)
     controller.set_specs(controller.declared)  # it leaves the reconciled specs
     code, text = outcome_of(controller.applier.apply(plan)) if plan.actions else (EXIT_OK, "")
     held = f"This watch holds {cluster} down: {HELD_DOWN}."

@@ -1,10 +1,11 @@
-"""Ray's demand, read from its GCS into the pure types the planner packs (issue 15).
+"""Ray's report, read from its GCS into the pure types the planner packs (issue 15).
 
 What Ray's autoscaler reads (`get_cluster_resource_state`: pending tasks and actors by shape,
 pending placement groups, the `request_resources()` constraint, and every node with its total and
 available resources and labels) becomes the pure `model.demand` types: a `Demand` and Ray's live
-nodes. How many nodes of each type that needs is the planner's (`planning/raydemand.py`, Ray's
-own `ResourceDemandScheduler`); this module only reads.
+nodes: a `RayReport`, which the observation carries as read. How many nodes of each type it needs
+is the planner's (`planning/raydemand.py`, Ray's own `ResourceDemandScheduler`); this module only
+reads.
 
 `request_resources()` is kept where the head's autoscaler version puts it: in the cluster
 resource state under autoscaler v2, and in the GCS key-value store (`V1_REQUEST_KEY`, a JSON list
@@ -20,20 +21,18 @@ from dataclasses import replace
 from typing import Any
 
 from reconciler.model.demand import (
+    NODE_TYPE_LABEL,
     Bundle,
     CurrentNode,
     Demand,
     LabelConstraint,
     LabelSelector,
     PlacementGroup,
+    RayReport,
     ShapeCount,
     Strategy,
     request_resources,
 )
-from reconciler.model.records import Records
-from reconciler.model.spec import ClusterSpec
-from reconciler.planning.raydemand import Reading
-from reconciler.planning.raydemand import reading as packed
 
 # autoscaler_pb2.NodeStatus: a DEAD or DRAINING node is no capacity.
 _GONE = frozenset({2, 4})
@@ -44,16 +43,14 @@ _STRATEGIES: tuple[Strategy, ...] = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SP
 V1_REQUEST_KEY = b"autoscaler_resource_request"
 
 
-def reading(
-    state: Any, spec: ClusterSpec, records: Records, *, requested: tuple[ShapeCount, ...] = ()
-) -> Reading:
+def report(state: Any, *, requested: tuple[ShapeCount, ...] = ()) -> RayReport:
     """From a `ClusterResourceState` of the cluster's Ray head; `requested`: the
     `request_resources()` constraint as autoscaler v1 keeps it (`v1_requested`), used when the
-    state carries none. The packing is the planner's (`planning/raydemand.py`)."""
+    state carries none."""
     demand = demand_of(state)
     if requested and not demand.requested:
         demand = replace(demand, requested=requested)
-    return packed(demand, live_nodes(state), spec, records)
+    return RayReport(demand, tuple(live_nodes(state)))
 
 
 def demand_of(state: Any) -> Demand:
@@ -110,7 +107,7 @@ def live_nodes(state: Any) -> list[CurrentNode]:
         if int(node.status) in _GONE:
             continue
         labels = dict(node.labels)
-        node_type = labels.get("rv_node_type")
+        node_type = labels.get(NODE_TYPE_LABEL)
         nodes.append(
             CurrentNode(
                 node_type=node_type or "head",

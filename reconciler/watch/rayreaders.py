@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from reconciler.head.pki import RAY_TOKEN_FILE, pki_dir
-from reconciler.model.observation import NodeKey
+from reconciler.model.demand import RayReport
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
@@ -115,46 +115,34 @@ class RayReaders:
 
     # --- Signals ---------------------------------------------------------------------------------
 
-    def demand(
-        self, specs: Mapping[str, ClusterSpec], records: Records
-    ) -> Mapping[NodeKey, int] | None:
-        """Each asked cluster's demand from its own reader. None only when nothing answered: a
-        demand map cannot say "unknown" for one cluster, so a failed reader's cluster is left out
-        (no demand known), which is what None means to a planner of that cluster alone."""
-        out: dict[NodeKey, int] = {}
+    def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
+        """Each asked cluster's report from its own reader; a failed reader's cluster is left
+        out (nothing known of it). None only when nothing answered."""
+        out: dict[str, RayReport] = {}
         answered = False
         for name, spec in specs.items():
             reader = self.readers.get(name)
             if reader is None:
                 continue
-            part = self._ask(name, "demand", reader.demand, {name: spec}, records)
+            part = self._ask(name, "demand", reader.reports, {name: spec})
             if part is None:
                 self._unread.add(name)
                 continue
             self._unread.discard(name)
             answered = True
-            out.update({key: n for key, n in part.items() if key[0] == name})
+            out.update({cluster: r for cluster, r in part.items() if cluster == name})
         others = {n: s for n, s in specs.items() if n not in self.readers}
         if others:
-            rest = self.fallback.demand(others, records)
+            rest = self.fallback.reports(others)
             if rest is not None:
                 answered = True
-                out.update({key: n for key, n in rest.items() if key[0] in others})
+                out.update({cluster: r for cluster, r in rest.items() if cluster in others})
         return out if answered else None
 
     def unread(self) -> frozenset[str]:
         """Clusters with a reader whose last demand reading failed (their Ray head is down or
         unreachable)."""
         return frozenset(self._unread & set(self.readers))
-
-    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
-        out: dict[str, tuple[str, ...]] = {}
-        for name, reader in self.readers.items():
-            said = getattr(reader, "infeasible", None)
-            part = self._ask(name, "infeasible", said) if callable(said) else None
-            if part and part.get(name):
-                out[name] = tuple(part[name])
-        return out
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         """Traffic from both sources (DESIGN.md 5): Ray's view of each node where its cluster has

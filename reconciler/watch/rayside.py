@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from reconciler.applying.journal import Journal
+from reconciler.model.demand import RayReport
 from reconciler.model.evolve import evolve
-from reconciler.model.observation import NodeKey
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
-from reconciler.planning import alerts, scaling
+from reconciler.planning import alerts, raydemand, scaling
 from reconciler.watch.agenda import Agenda
 from reconciler.watch.alerting import raise_alert
 from reconciler.watch.containment import Containment
@@ -46,20 +46,28 @@ class RaySide:
     def _shared(self, part: str, step: Callable[[], T], unknown: T, specs: Collection[str]) -> T:
         return self.containment.shared(part, step, unknown, specs)
 
-    def demand(self, specs: Mapping[str, ClusterSpec], now: float) -> Mapping[NodeKey, int] | None:
-        """Ray's demand for every cluster (None: unread); its infeasible part is said."""
-        seen = self.journal.records()
-        demand = self._shared("ray_demand", lambda: self.signals().demand(specs, seen), None, specs)
-        if demand is not None:
-            self._say_infeasible(specs, now)
-        return demand
+    def reports(
+        self, specs: Mapping[str, ClusterSpec], now: float
+    ) -> Mapping[str, RayReport] | None:
+        """What every cluster's Ray head reported (None: unread); the demand in it that fits no
+        node type is said."""
+        reports = self._shared("ray_demand", lambda: self.signals().reports(specs), None, specs)
+        if reports is not None:
+            found = raydemand.readings(reports, specs, self.journal.records())
+            self._say_infeasible(specs, found, now)
+        return reports
 
     def check(self, specs: Mapping[str, ClusterSpec], now: float) -> None:
         """Between reconciles: wake the clusters whose node types Ray wants more of."""
         if not self.agenda.demand_check_due(now):
             return
+        reports = self.reports(specs, now)
+        if reports is None:
+            return
         seen = self.journal.records()
-        for (cluster, node_type), count in (self.demand(specs, now) or {}).items():
+        for (cluster, node_type), count in raydemand.wanted_of(
+            raydemand.readings(reports, specs, seen)
+        ).items():
             if cluster in specs and cluster not in self.agenda.wake:
                 have = scaling.short_of(seen, specs[cluster], node_type, count)
                 if have is not None:
@@ -89,10 +97,10 @@ class RaySide:
 
         self._shared("ray_work", update, None, specs)
 
-    def _say_infeasible(self, specs: Collection[str], now: float) -> None:
-        nothing: Mapping[str, tuple[str, ...]] = {}
-        asked = self._shared("ray_infeasible", self.signals().infeasible, nothing, specs)
-        current = {(cluster, words) for cluster, said in asked.items() for words in said}
+    def _say_infeasible(
+        self, specs: Collection[str], found: Mapping[str, raydemand.Reading], now: float
+    ) -> None:
+        current = {(cluster, words) for cluster, r in found.items() for words in r.infeasible}
         for cluster, words in sorted(current - self._infeasible_said):
             if cluster in specs:
                 concern = alerts.Concern(cluster, "infeasible_demand", words, by_message=True)

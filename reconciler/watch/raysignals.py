@@ -8,7 +8,7 @@ enrollment answer gave it, which ties it to its record.
 Each cluster has its own head and token (`RayReaders` keeps one reader per cluster); Ray holds
 one token per process, so each reader's calls switch to its own token first.
 
-Demand becomes workers by node type as Ray's own scheduler packs it (`raydemand`). The
+The demand is read as Ray's autoscaler reads it (`raydemand`); the planner packs it. The
 `request_resources()` constraint is in the cluster resource state only under autoscaler v2; a
 head that runs v1 (`ray start --head`'s default, ray-vast's own heads among them) keeps it in the
 GCS key-value store, read when the state has none. Constructing a GCS client against a dead GCS
@@ -26,7 +26,7 @@ import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from reconciler.model.observation import NodeKey
+from reconciler.model.demand import RayReport
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.watch import raydemand
@@ -69,7 +69,6 @@ class RaySignals:
         self.cluster = cluster
         self.token_path = token_path
         self._client: Any = None
-        self._infeasible: tuple[str, ...] = ()
         if token_path and "ray" not in sys.modules:
             # Ray reads its token settings from the process environment when it is first
             # imported: they must be in place before anything imports Ray (a later reader of
@@ -107,11 +106,9 @@ class RaySignals:
         """Nothing of its own: `RayReaders` tells which cluster's reading failed."""
         return ()
 
-    def demand(
-        self, specs: Mapping[str, ClusterSpec], records: Records
-    ) -> Mapping[NodeKey, int] | None:
+    def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
         with _authenticated(self.token_path):
-            return self._demand(specs, records)
+            return self._reports(specs)
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         with _authenticated(self.token_path):
@@ -131,14 +128,10 @@ class RaySignals:
         with _authenticated(self.token_path):
             return self._probes(records)
 
-    def _demand(
-        self, specs: Mapping[str, ClusterSpec], records: Records
-    ) -> Mapping[NodeKey, int] | None:
-        """The workers each node type needs: those counted now plus what Ray's own scheduler
-        launches for the pending demand (`raydemand`); demand that fits no node type is kept
-        for `infeasible` and rents nothing."""
-        spec = specs.get(self.cluster)
-        if spec is None:
+    def _reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
+        """What the head reports for its cluster: the demand and Ray's live nodes, as Ray's
+        autoscaler reads them (`raydemand`); the packing is the planner's."""
+        if self.cluster not in specs:
             return {}
         try:
             state = self._state()
@@ -151,13 +144,7 @@ class RaySignals:
         except Exception as exc:
             log.warning("Ray demand of %s not read: %s", self.cluster, exc)
             return None
-        read = raydemand.reading(state, spec, records, requested=raydemand.v1_requested(kept))
-        self._infeasible = read.infeasible
-        return read.wanted
-
-    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
-        """The last reading's demand that fits no node type, in Ray's words, by cluster."""
-        return {self.cluster: self._infeasible} if self._infeasible else {}
+        return {self.cluster: raydemand.report(state, requested=raydemand.v1_requested(kept))}
 
     def _busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         """Ray's half of the idle scanner's traffic, for the records Ray has a node of (the

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
-from reconciler.model.observation import NodeKey
+from reconciler.model.demand import RayReport
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 
@@ -20,9 +20,10 @@ class Signals(Protocol):
     """What the controller learns from Ray and the agents, read once per tick. Anything that
     could not be read is "unknown" (None), never "no demand" or "idle"."""
 
-    def demand(
-        self, specs: Mapping[str, ClusterSpec], records: Records
-    ) -> Mapping[NodeKey, int] | None: ...
+    def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
+        """What each asked cluster's Ray head reported (its demand and live nodes), by cluster;
+        a cluster whose head could not be read is left out. None: nothing could be read."""
+        ...
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]: ...
 
@@ -42,13 +43,8 @@ class Signals(Protocol):
         (a rejection means Ray has work there: busy). None: Ray was not asked (not read)."""
         ...
 
-    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
-        """By cluster: the demand of the last `demand` reading that fits no node type, in Ray's
-        words ("{GPU: 1} fits no node type of local-sim"); it rents nothing."""
-        ...
-
     def unread(self) -> Collection[str]:
-        """The clusters whose Ray head the last `demand` reading could not read (a Ray head that
+        """The clusters whose Ray head the last `reports` reading could not read (a Ray head that
         is down: workers could not join it, so nothing is rented for it after a while)."""
         ...
 
@@ -59,7 +55,7 @@ class AgentSignals:
     def __init__(self, freshness: float = 90.0) -> None:
         self.freshness = freshness
 
-    def demand(self, specs: Mapping[str, ClusterSpec], records: Records) -> Mapping[NodeKey, int]:
+    def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport]:
         return {}
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
@@ -78,9 +74,6 @@ class AgentSignals:
         self, records: Records, record_ids: Sequence[str], deadline: float
     ) -> Mapping[str, bool] | None:
         return None
-
-    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
-        return {}
 
     def unread(self) -> Collection[str]:
         return ()

@@ -57,7 +57,7 @@ def test_an_alert_the_head_raised_between_the_plan_and_its_commit_is_kept() -> N
     token). Saving the plan's whole next state dropped the alert; its changes keep it."""
     i1 = record("i1", vast_id=1)
     state = records(i1)
-    listing = Observation(listing=(row(i1),), offers={}, demand={})
+    listing = Observation(listing=(row(i1),), offers={})
     made = plan([spec()], listing, state, lineage=LINEAGE, serial=1, now=NOW)
     forged = Alert(NOW + 1, "c1", "token_check_failed", "instance 999")
     meanwhile = replace(state, alerts=(forged,))

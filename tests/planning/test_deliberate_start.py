@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from reconciler.model.demand import scripted
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
 from reconciler.model.plan import ActionKind, Plan
@@ -89,7 +90,7 @@ def run(case: Case) -> Plan:
     observation = Observation(
         listing=listing,
         offers={(SPEC.name, "gpu"): tuple(OFFERS)},
-        demand={(SPEC.name, "gpu"): case.demand},
+        ray=scripted({SPEC.name: given}, {(SPEC.name, "gpu"): case.demand}),
     )
     ids = tuple(r.id for r in case.state)
     filled = request("q1", slots=len(ids), workers=ids, status=RequestStatus.FILLED)
@@ -174,7 +175,7 @@ def planned(rec: InstanceRecord, seen: Instance, demand: int = 1) -> Plan:
     observation = Observation(
         listing=(seen,),
         offers={(SPEC.name, "gpu"): tuple(OFFERS)},
-        demand={(SPEC.name, "gpu"): demand},
+        ray=scripted({SPEC.name: SPEC}, {(SPEC.name, "gpu"): demand}),
     )
     state = records(rec, request("q1", slots=1, workers=(rec.id,), status=RequestStatus.FILLED))
     return plan([SPEC], observation, state, lineage=LINEAGE, serial=1, now=NOW)

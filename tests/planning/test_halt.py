@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from reconciler.model import rayversions
+from reconciler.model.demand import scripted
 from reconciler.model.observation import Observation
 from reconciler.model.plan import ActionKind, Plan
 from reconciler.model.records import (
@@ -37,7 +38,9 @@ HALT = Halt(
 
 def plan_of(state: Records, s: ClusterSpec = SPEC, demand: int = 0) -> Plan:
     observation = Observation(
-        listing=(), offers={(s.name, "gpu"): OFFERS}, demand={(s.name, "gpu"): demand}
+        listing=(),
+        offers={(s.name, "gpu"): OFFERS},
+        ray=scripted({s.name: s}, {(s.name, "gpu"): demand}),
     )
     return plan([s], observation, state, lineage=LINEAGE, serial=1, now=NOW)
 
@@ -118,9 +121,7 @@ def test_a_new_env_lifts_it_too() -> None:
 
 def test_another_node_type_is_not_held_by_the_halt() -> None:
     two = replace(SPEC, node_types={**SPEC.node_types, "cpu": replace(GPU, name="cpu")})
-    observation = Observation(
-        listing=(), offers={("c1", "gpu"): OFFERS, ("c1", "cpu"): OFFERS}, demand={}
-    )
+    observation = Observation(listing=(), offers={("c1", "gpu"): OFFERS, ("c1", "cpu"): OFFERS})
     state = Records(breakers={KEY: BreakerState(halt=HALT)})
     p = plan([two], observation, state, lineage=LINEAGE, serial=1, now=NOW)
     rented = {a.node_type for a in p.actions if a.kind is ActionKind.RENT}

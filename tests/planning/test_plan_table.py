@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from reconciler.model.demand import scripted
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance, Offer
 from reconciler.model.plan import ActionKind, Plan
@@ -54,7 +55,9 @@ def run(case: Case) -> Plan:
     observation = Observation(
         listing=tuple(case.listing) if case.listing is not None else None,
         offers={(s.name, "gpu"): tuple(case.offers) for s in case.specs},
-        demand={(s.name, "gpu"): case.demand for s in case.specs},
+        ray=scripted(
+            {s.name: s for s in case.specs}, {(s.name, "gpu"): case.demand for s in case.specs}
+        ),
     )
     return plan(
         case.specs,

@@ -15,8 +15,11 @@ Both must launch the same counts by node type and leave the same demand unplaced
 also state the expected counts, so that both paths agreeing on nonsense fails too.
 
 ray-vast launches fewer than Ray only where its budget binds (`max_dollars_per_hour`) or its
-breaker pauses a node type; neither is part of the packing: the planner bounds Ray's launches
-after `pack` (see `test_the_budget_is_not_the_packings_business`).
+breaker pauses a node type. The budget is a bound inside the packing (issue 24), applied the way
+Ray applies a node type's `max_workers`: the budget cases' oracle walks Ray's own loop one node
+at a time (the cap raised by one while the launches stay within the allowance, a node type whose
+next node they cannot pay for bounded where it stands), and the subject must land where it does.
+Without an allowance the packing is Ray's alone (`test_without_an_allowance_the_packing_is_rays`).
 """
 
 from __future__ import annotations
@@ -413,6 +416,8 @@ def not_on(key: str, *values: str) -> LabelSelector:
 
 
 CPU1 = {"CPU": 1}
+# $/h of a node of each type of "mixed", at its cheapest offer.
+MIXED_PRICES = {"small": 0.1, "gpu": 0.5, "big": 0.3}
 
 
 @dataclass(frozen=True)
@@ -427,6 +432,9 @@ class Case:
     capped: tuple[str, ...] = ()  # ... and of demand that the bounds leave out
     head: bool = True
     ray_only_types: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The $/h budget: a node of each type at its price, the launches within the allowance.
+    prices: Mapping[str, float] | None = None
+    allowance: float | None = None
 
 
 def T(*shapes: ShapeCount) -> Demand:
@@ -932,6 +940,89 @@ CASES: list[Case] = [
         expect={},
         infeasible=("{CPU: 1, GPU: 1}",),
     ),
+    # -- the $/h budget, a bound inside Ray's packing (issue 24) ---------------------------------
+    Case(
+        # the spec lists small first: cut in spec order, the GPU task lost its node to CPU work
+        "budget-the-gpu-task-keeps-its-node-when-cpu-types-come-first",
+        "mixed",
+        T(tasks({"GPU": 1}), tasks({"CPU": 4}, 3)),
+        prices=MIXED_PRICES,
+        allowance=0.5,
+        expect={"gpu": 1},
+        capped=("{CPU: 4}",),
+    ),
+    Case(
+        "budget-a-type-the-money-cannot-buy-leaves-the-pool-the-others-go-on",
+        "mixed",
+        T(tasks({"GPU": 1}, 2), tasks({"CPU": 4}, 4)),
+        prices=MIXED_PRICES,
+        allowance=0.7,
+        expect={"gpu": 1, "small": 2},
+        capped=("{GPU: 1}",),
+    ),
+    Case(
+        "budget-that-pays-for-everything-changes-nothing",
+        "mixed",
+        T(tasks({"GPU": 1}), tasks({"CPU": 4}, 6)),
+        prices=MIXED_PRICES,
+        allowance=10.0,
+        expect={"gpu": 1, "big": 2},
+    ),
+    Case(
+        "budget-of-nothing-rents-nothing",
+        "cpu2",
+        T(tasks(CPU1, 6)),
+        prices={"cpu": 0.2},
+        allowance=0.0,
+        expect={},
+        capped=("{CPU: 1} x 6",),
+    ),
+    Case(
+        "budget-min-workers-first-never-cut",
+        "cpu2-min1",
+        T(tasks(CPU1, 6)),
+        prices={"cpu": 0.2},
+        allowance=0.0,
+        expect={"cpu": 1},
+        capped=("{CPU: 1} x 4",),
+    ),
+    Case(
+        "budget-for-two-of-three",
+        "cpu2",
+        T(tasks(CPU1, 6)),
+        prices={"cpu": 0.2},
+        allowance=0.45,
+        expect={"cpu": 2},
+        capped=("{CPU: 1} x 2",),
+    ),
+    Case(
+        "budget-and-cluster-max-the-tighter-wins",
+        "cpu2",
+        T(tasks(CPU1, 8)),
+        max_workers=2,
+        prices={"cpu": 0.2},
+        allowance=0.65,
+        expect={"cpu": 2},
+        capped=("{CPU: 1} x 4",),
+    ),
+    Case(
+        "budget-pending-nodes-are-paid-for-already",
+        "cpu2",
+        T(tasks(CPU1, 6)),
+        nodes=(pending("cpu"), pending("cpu")),
+        prices={"cpu": 0.2},
+        allowance=0.2,
+        expect={"cpu": 1},
+    ),
+    Case(
+        "budget-a-group-placed-whole-or-not-at-all",
+        "cpu2",
+        G(pg("ss", "STRICT_SPREAD", CPU1, CPU1, CPU1), also=(tasks(CPU1, 2),)),
+        prices={"cpu": 0.2},
+        allowance=0.5,
+        expect={"cpu": 1},
+        capped=("placement group ss (STRICT_SPREAD: {CPU: 1}, {CPU: 1}, {CPU: 1})",),
+    ),
     # -- without a head in the picture --------------------------------------------------------
     Case("headless-six-tasks", "cpu2", T(tasks(CPU1, 6)), expect={"cpu": 3}, head=False),
 ]
@@ -1048,8 +1139,44 @@ class RayAnswer:
 
 
 def oracle(case: Case) -> RayAnswer:
+    """Ray's answer; under a budget, Ray's own loop walked one node at a time: the cap raised
+    by one node while the launches stay within the allowance, and a node type whose next node
+    they cannot pay for bounded where it stands (Ray's way of leaving a node type out of the
+    pool), until the launches stop growing. The subject finds the same point by halving."""
+    if case.allowance is None:
+        return ray_run(case)
+    prices = case.prices or {}
+    held: dict[str, int] = {}
+    existing = len(case.nodes) + (1 if case.head else 0)
+    cost = lambda a: sum(prices.get(t, 0.0) * n for t, n in a.launches.items())  # noqa: E731
+    mins = {name: body.get("min_workers", 0) for name, body in CLUSTERS[case.cluster].ray.items()}
+    have = Counter(x.node_type for x in case.nodes)
+    n = existing + sum(max(0, m - have[t]) for t, m in mins.items())  # min_workers: never cut
+    last = ray_run(case, max_num_nodes=n, held=held)
+    while True:
+        tried = ray_run(case, max_num_nodes=n + 1, held=held)
+        if tried.launches == last.launches:
+            return last  # nothing more to launch under these bounds
+        if cost(tried) <= case.allowance + 1e-9:
+            last, n = tried, n + 1
+            continue
+        grown = [t for t, c in tried.launches.items() if c > last.launches.get(t, 0)]
+        if all(t in held for t in grown):
+            return last
+        for t in grown:
+            held[t] = have[t] + last.launches.get(t, 0)
+
+
+def ray_run(
+    case: Case, *, max_num_nodes: int | None = None, held: Mapping[str, int] | None = None
+) -> RayAnswer:
     config = ray_config(case)
     configs = config.get_node_type_configs()
+    for name, most in (held or {}).items():
+        configs[name].max_worker_nodes = min(configs[name].max_worker_nodes, most)
+    cap = config.get_max_num_nodes()
+    if max_num_nodes is not None:
+        cap = min(cap, max_num_nodes) if cap is not None else max_num_nodes
     nodes = ((HEAD,) if case.head else ()) + case.nodes
     by_count = [
         ResourceRequestByCount(
@@ -1075,7 +1202,7 @@ def oracle(case: Case) -> RayAnswer:
         # terminates it and launches a replacement: see test_rays_launch_config_check_quirk.
         disable_launch_config_check=True,
         node_type_configs=configs,
-        max_num_nodes=config.get_max_num_nodes(),
+        max_num_nodes=cap,
         resource_requests=by_count,
         gang_resource_requests=[ray_gang(g) for g in case.demand.placement_groups],
         cluster_resource_constraints=(
@@ -1104,7 +1231,14 @@ def shape_key(resources: Mapping[str, float]) -> str:
 def subject(case: Case) -> raypacking.Packing:
     cluster = load_cluster(case.cluster)
     nodes = ((HEAD,) if case.head else ()) + case.nodes
-    return pack(type_shapes(cluster), nodes, case.demand, max_workers=case.max_workers)
+    return pack(
+        type_shapes(cluster),
+        nodes,
+        case.demand,
+        max_workers=case.max_workers,
+        prices=case.prices,
+        allowance=case.allowance,
+    )
 
 
 # -- the tests -------------------------------------------------------------------------------
@@ -1200,14 +1334,23 @@ def test_rays_launch_config_check_quirk() -> None:
     assert not replies[False].to_launch and not replies[False].to_terminate
 
 
-def test_the_budget_is_not_the_packings_business() -> None:
-    """Ray has no budget: `pack` launches what Ray would even when the spec's
-    max_dollars_per_hour could not pay for it. The planner bounds the launches by the budget and
-    the breaker afterwards; those are the only places ray-vast launches fewer than Ray."""
+def test_without_an_allowance_the_packing_is_rays() -> None:
+    """Ray has no budget: without an allowance `pack` launches what Ray would even when the
+    spec's max_dollars_per_hour could not pay for it (the planner passes the $/h left)."""
     text = spec_text("cpu2").replace("max_dollars_per_hour: 50", "max_dollars_per_hour: 0.01")
     cluster = load_spec(text, "cheap.yaml")
     packing = pack(type_shapes(cluster), [HEAD], T(tasks(CPU1, 6)))
     assert dict(packing.launches) == {"cpu": 3}
+
+
+def test_a_pending_node_no_demand_needs_is_reported_as_ray_would_end_it() -> None:
+    """Ray ends a pending node that no demand needs ("pending and not needed"); min_workers
+    keeps what it needs. The planner counts only the pending nodes Ray needs."""
+    shapes = type_shapes(load_cluster("cpu2-min1"))
+    three = [HEAD, pending("cpu"), pending("cpu"), pending("cpu")]
+    assert dict(pack(shapes, three, Demand()).unneeded) == {"cpu": 2}  # one kept for min_workers
+    assert dict(pack(shapes, three, T(tasks(CPU1, 3))).unneeded) == {"cpu": 1}
+    assert dict(pack(shapes, three, T(tasks(CPU1, 6))).unneeded) == {}
 
 
 def test_a_pending_node_of_known_shape_counts_at_that_shape() -> None:

@@ -18,6 +18,7 @@ from dataclasses import replace
 import pytest
 
 from reconciler.model import stopping
+from reconciler.model.demand import scripted
 from reconciler.model.observation import Observation
 from reconciler.model.records import InstanceRecord, Intent, Phase, RequestStatus, Role
 from reconciler.nets import idle
@@ -127,7 +128,7 @@ def reconcile(
     observation = Observation(
         listing=(row(state, actual_status=status),),
         offers={(SPEC.name, "gpu"): (offer(1, 0.30), offer(2, 0.40))},
-        demand={(SPEC.name, "gpu"): demand},
+        ray=scripted({SPEC.name: SPEC}, {(SPEC.name, "gpu"): demand}),
     )
     filled = request("q1", slots=1, workers=(state.id,), status=RequestStatus.FILLED)
     result = plan([SPEC], observation, records(state, filled), lineage=LINEAGE, serial=1, now=NOW)

@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetsim.harness import START, fleet
+from reconciler.model.demand import Demand, RayReport, ShapeCount
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import Records
+from reconciler.model.spec import ClusterSpec
 from tests.scenarios.world import H, M, Signals, alive, cluster, lines, rented, run, workers
 from vastsim.faults import CREATE_ROUTE
 
@@ -46,14 +48,17 @@ def test_without_the_demand_check_the_reconcile_cadence_decides() -> None:
 
 @dataclass
 class Infeasible(Signals):
-    """Ray asks for a shape no node type holds, for half an hour."""
+    """Ray asks for a shape no node type holds, for half an hour: a pending task of
+    {CPU: 1, TPU: 1}, as Ray's head reports it; the planner's packing finds no node type."""
 
     until: float = 0.0
 
-    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
-        if self.clock.now() < self.until:
-            return {"d": ("{CPU: 1, TPU: 1} fits no node type of d",)}
-        return {}
+    def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
+        self.read_clusters = tuple(specs)
+        if self.clock.now() >= self.until:
+            return {name: RayReport() for name in specs}
+        task = ShapeCount({"CPU": 1.0, "TPU": 1.0}, 1)
+        return {name: RayReport(Demand(tasks=(task,))) for name in specs}
 
 
 def test_infeasible_demand_rents_nothing_and_is_said_once_per_shape() -> None:

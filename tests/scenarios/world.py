@@ -17,6 +17,7 @@ from typing import Any
 
 from fleetsim.agents import AgentWorld
 from fleetsim.harness import Fleet
+from reconciler.model.demand import RayReport, scripted
 from reconciler.model.labels import parse_label
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import Intent, Records, Role
@@ -176,12 +177,11 @@ class Signals:
     # raylet exit, as Ray's does. None: draining ends nothing (Ray as it was played before).
     played: AgentWorld | None = None
 
-    def demand(
-        self, specs: Mapping[str, ClusterSpec], records: Records
-    ) -> Mapping[NodeKey, int] | None:
+    def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
+        """Ray asking for the scripted workers, as a report the planner packs (`scripted`)."""
         self.read_clusters = tuple(specs)
         now = self.clock.now()
-        return self.demand_at(now) if self.readable(now) else None
+        return scripted(specs, self.demand_at(now)) if self.readable(now) else None
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         """Traffic from both sources, as `watch` composes them (`RayReaders.busy`): Ray's view
@@ -191,9 +191,6 @@ class Signals:
         return idle.traffic_by_record(ray, AgentSignals().busy(records, now), read)
 
     def probes(self, records: Records) -> Mapping[str, bool]:
-        return {}
-
-    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
         return {}
 
     def unread(self) -> Collection[str]:

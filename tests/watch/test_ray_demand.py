@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from reconciler.model.demand import ShapeCount
 from reconciler.model.labels import label_for
 from reconciler.model.rayversions import fingerprint
 from reconciler.model.records import (
@@ -23,8 +24,11 @@ from reconciler.model.records import (
     Slot,
     breaker_key,
 )
+from reconciler.model.spec import ClusterSpec
+from reconciler.planning import raydemand
+from reconciler.planning.raydemand import Reading
 from reconciler.spec.text import spec_yaml
-from reconciler.watch.raydemand import reading, v1_requested
+from reconciler.watch.raydemand import report, v1_requested
 from tests.scenarios.world import cluster
 from tests.specs import load_spec
 
@@ -33,6 +37,18 @@ autoscaler = pytest.importorskip("ray.core.generated.autoscaler_pb2")
 RUNNING, IDLE, DEAD = 1, 3, 2
 CPU2 = {"resources": {"CPU": 2}}
 SPEC = cluster("c", min_workers=0, max_workers=6, node_extra=CPU2)
+
+
+def reading(
+    read_state: object,
+    spec: ClusterSpec,
+    records: Records,
+    *,
+    requested: tuple[ShapeCount, ...] = (),
+) -> Reading:
+    """What the watch reads from Ray's state, packed by the planner as a plan packs it."""
+    seen = report(read_state, requested=requested)
+    return raydemand.reading(seen, spec, records.instances, records.requests, records.breakers)
 
 
 def node(
@@ -157,6 +173,16 @@ def test_slots_still_renting_count_as_pending_nodes_and_are_not_rented_again() -
     # two slots open (candidates renting), Ray sees none of them: 4 tasks fit on those two
     assert wanted(state(tasks=[({"CPU": 1}, 4)]), workers(0, open_slots=2)) == 2
     assert wanted(state(tasks=[({"CPU": 1}, 6)]), workers(0, open_slots=2)) == 3
+
+
+def test_slots_whose_tasks_went_away_are_needed_by_nothing_as_ray_ends_such_pending_nodes() -> None:
+    """Two slots still renting, and Ray's tasks finished or were cancelled before a worker
+    joined: Ray would end both pending nodes ("pending and not needed"), so nothing wants them
+    and the no-consumer watchdog ends the request. (Before, the slots counted as wanted: 2, and
+    the request rented on for nobody until its worker was reaped idle.)"""
+    assert wanted(state(), workers(0, open_slots=2)) == 0
+    assert wanted(state(tasks=[({"CPU": 1}, 2)]), workers(0, open_slots=2)) == 1
+    assert wanted(state(busy(1)), workers(1, open_slots=1)) == 1  # a running worker counts
 
 
 def test_a_dead_or_draining_node_is_no_capacity() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from fleetsim.harness import API_KEY, START, VAST_URL, SimClock
 from reconciler.deps import Deps
+from reconciler.model.demand import RayReport, scripted
 from reconciler.model.labels import label_for
 from reconciler.model.observation import NodeKey
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
@@ -89,10 +90,11 @@ class FakeReader:
             raise RuntimeError(f"the Ray head of {self.cluster} is unreadable")
         return value
 
-    def demand(
-        self, specs: Mapping[str, ClusterSpec], records: Records
-    ) -> Mapping[NodeKey, int] | None:
-        return self._answer("demand", sorted(specs), self.demand_)  # type: ignore[no-any-return]
+    def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
+        """Reports for every cluster its demand names, its own or not (the readers keep only
+        the reader's own cluster's)."""
+        said = None if self.demand_ is None else reports_of(self.demand_)
+        return self._answer("demand", sorted(specs), said)  # type: ignore[no-any-return]
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         return self._answer("busy", now, self.busy_)  # type: ignore[no-any-return]
@@ -108,9 +110,6 @@ class FakeReader:
     ) -> Mapping[str, bool] | None:
         return self._answer("drain_idle", list(record_ids), dict.fromkeys(record_ids, True))  # type: ignore[no-any-return]
 
-    def infeasible(self) -> Mapping[str, tuple[str, ...]]:
-        return {}
-
     def unread(self) -> tuple[str, ...]:
         return ()
 
@@ -119,6 +118,12 @@ class FakeReader:
 
 
 SPECS = {name: cluster(name) for name in ("alpha", "beta", "gamma")}
+
+
+def reports_of(workers: Mapping[NodeKey, int]) -> dict[str, RayReport]:
+    """Ray asking for these workers, a report for each cluster they name."""
+    named = {cluster for cluster, _ in workers}
+    return scripted({n: s for n, s in SPECS.items() if n in named}, workers)
 
 
 def readers_of(fakes: Mapping[str, FakeReader], specs: Mapping[str, ClusterSpec]) -> RayReaders:
@@ -139,9 +144,9 @@ def test_each_question_goes_to_the_clusters_own_reader_and_each_answer_stays_its
     readers = readers_of({"alpha": alpha, "beta": beta}, SPECS)
     assert set(readers.readers) == {"alpha", "beta"}  # gamma: no reader could be made
 
-    assert readers.demand(SPECS, Records()) == {("alpha", "gpu"): 2, ("beta", "gpu"): 1}
+    assert readers.reports(SPECS) == reports_of({("alpha", "gpu"): 2, ("beta", "gpu"): 1})
     assert ("demand", ["alpha"]) in alpha.asked and ("demand", ["beta"]) in beta.asked
-    assert readers.demand({"beta": SPECS["beta"]}, Records()) == {("beta", "gpu"): 1}
+    assert readers.reports({"beta": SPECS["beta"]}) == reports_of({("beta", "gpu"): 1})
     # the readerless cluster is read from the agents' samples, as without Ray
     assert readers.busy(RECORDS, START) == {"i1": True, "i2": False, "i3": False, "i4": True}
     assert readers.probes(RECORDS) == {"i1": True}
@@ -158,10 +163,8 @@ def test_a_failing_reader_is_unknown_for_its_cluster_only(
     beta = FakeReader("beta", demand_={("beta", "gpu"): 1}, busy_={"i3": True}, work_={"i3": True})
     readers = readers_of({"alpha": alpha, "beta": beta}, SPECS)
     with caplog.at_level(logging.WARNING, logger="ray_vast"):
-        assert readers.demand(SPECS, Records()) == {("beta", "gpu"): 1}
-        assert (
-            readers.demand({"alpha": SPECS["alpha"]}, Records()) is None
-        )  # unknown, not "no demand"
+        assert readers.reports(SPECS) == reports_of({("beta", "gpu"): 1})
+        assert readers.reports({"alpha": SPECS["alpha"]}) is None  # unknown, not "no demand"
         busy = readers.busy(RECORDS, START)
         assert busy.get("i1") is None and busy.get("i2") is None  # unknown: never idle
         assert busy["i3"] is True

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from reconciler.embedded import rayhead
-from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.watch import raysignals
 from reconciler.watch.rayreaders import RayReaders
@@ -67,14 +66,14 @@ def test_each_clusters_reader_reads_its_own_head_with_its_own_token(
     try:
         for _ in range(2):  # in turn, twice: each switch back still reads
             for name, spec in heads.items():
-                assert readers.demand({name: spec}, Records()) is not None, (
+                assert readers.reports({name: spec}) is not None, (
                     f"{name}'s head was not read"
                 )
         # a reader given the other cluster's token is refused: the tokens really differ
         wrong = RaySignals(
             f"127.0.0.1:{heads['beta'].head.ray_port}", "beta", token_path=str(tokens / "alpha")
         )
-        assert wrong.demand({"beta": heads["beta"]}, Records()) is None
-        assert readers.demand({"alpha": heads["alpha"]}, Records()) is not None
+        assert wrong.reports({"beta": heads["beta"]}) is None
+        assert readers.reports({"alpha": heads["alpha"]}) is not None
     finally:
         readers.stop()

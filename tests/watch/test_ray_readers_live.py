@@ -66,9 +66,7 @@ def test_each_clusters_reader_reads_its_own_head_with_its_own_token(
     try:
         for _ in range(2):  # in turn, twice: each switch back still reads
             for name, spec in heads.items():
-                assert readers.reports({name: spec}) is not None, (
-                    f"{name}'s head was not read"
-                )
+                assert readers.reports({name: spec}) is not None, f"{name}'s head was not read"
         # a reader given the other cluster's token is refused: the tokens really differ
         wrong = RaySignals(
             f"127.0.0.1:{heads['beta'].head.ray_port}", "beta", token_path=str(tokens / "alpha")

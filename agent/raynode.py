@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -48,9 +49,13 @@ def ray_plan(
     token_path: str,
     base_env: Mapping[str, str],
     node_ip: str | None = None,
+    agent_ports: Sequence[int] = (),
 ) -> RayPlan:
     """The `ray start` of one worker (pure): everything from the enrollment answer's `ray`, but
-    the node's address is `node_ip` when the container was told its own (see the docstring)."""
+    the node's address is `node_ip` when the container was told its own (see the docstring).
+    `agent_ports`: four free ports of the container for Ray's dashboard agent (HTTP, gRPC), its
+    metrics export and its runtime-env agent (Ray's default 52365 for the first is one port per
+    machine: containers that share one, as vastsim's do, would all wait for it)."""
     # `ray start --labels` refuses Ray's own ray.io/ keys; what Ray would have found itself
     # (the accelerator type, with no NVML in a simulation) is set as Ray's autoscalers set it
     own = {k: v for k, v in ray["labels"].items() if not k.startswith(RAY_LABEL_PREFIX)}
@@ -72,6 +77,14 @@ def ray_plan(
         f"--labels={labels}",
         "--disable-usage-stats",
     ]
+    if agent_ports:
+        listen, grpc, metrics, runtime_env = agent_ports
+        argv += [
+            f"--dashboard-agent-listen-port={listen}",
+            f"--dashboard-agent-grpc-port={grpc}",
+            f"--metrics-export-port={metrics}",
+            f"--runtime-env-agent-port={runtime_env}",
+        ]
     if base_env.get("TMPDIR"):
         # Ray's temp dir is the head's path unless a node names its own: a container told its
         # own TMPDIR keeps Ray's sockets and logs there (two containers on one machine, as
@@ -85,6 +98,19 @@ def ray_plan(
     env["RAY_AUTH_TOKEN_PATH"] = token_path
     env.pop("RAY_AUTH_TOKEN", None)
     return RayPlan(tuple(argv), env)
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports nothing listens on now, the kernel's choice (held open together
+    while they are chosen, so no two are the same)."""
+    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("0.0.0.0", 0))  # noqa: S104 - only to learn a free port
+        return [int(p.getsockname()[1]) for p in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def write_token(token: str) -> str:

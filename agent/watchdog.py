@@ -366,6 +366,7 @@ class Watchdog:
             token_path=raynode.write_token(str(ray["auth_token"])),
             base_env=self.env,
             node_ip=self.settings.source_ip,
+            agent_ports=raynode.free_ports(4),
         )
         self.log("starting Ray: " + " ".join(plan.argv))
         try:

@@ -8,6 +8,7 @@ nodes join. Ctrl-C stops reconciling and saves; the machines stay until `ray-vas
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 from dataclasses import dataclass, field, replace
@@ -152,9 +153,26 @@ def _ray_head(deps: Deps, spec: ClusterSpec, logger: logging.Logger) -> ClusterP
             port=spec.head.ray_port,
             token_path=pki.ray_auth_token_path,
             env=deps.env,
+            dashboard=(dashboard_host(spec.head.address), spec.head.dashboard_port),
         )
         logger.info("Ray head of %s at %s (pid %d)", spec.name, head.address, head.pid)
+        logger.info(
+            "Ray dashboard and Jobs API of %s: %s (token: %s)",
+            spec.name,
+            spec.head.dashboard_url,
+            pki.ray_auth_token_path,
+        )
     return pki
+
+
+def dashboard_host(address: str) -> str:
+    """Where the dashboard listens: the head's address when it is an IP address (127.0.0.1
+    keeps it on this machine), every interface when it is a name."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return "0.0.0.0"  # noqa: S104 - a DNS name: the head's interfaces, behind Ray's token
+    return address
 
 
 def _ray_reader(deps: Deps, spec: ClusterSpec, logger: logging.Logger) -> RaySignals:

@@ -1,8 +1,15 @@
 """The cluster's Ray head, run by ray-vast as a detached `ray start --head --block` group.
 
 The GCS runs with token auth (`RAY_AUTH_MODE=token`, the token in a 0600 file), so finding its
-port is not enough to join. It is stopped by process group, never with `ray stop` (which ends
-every Ray process on the machine). Ready means the log says "Ray runtime started.": a SIGTERM
+port is not enough to join. The dashboard and Jobs API answer on `head.dashboard_port` behind the
+same token (issue 24: `ray job submit` from the user's machine). ray-vast is the head's autoscaler:
+it runs with autoscaler v2's state in the GCS (`RAY_enable_autoscaler_v2`) and without Ray's own
+monitor (`--no-monitor`), which knows none of ray-vast's node types and would tell every driver
+that a demand ray-vast is renting for is infeasible; ray-vast reports its launches to the GCS
+instead (`watch/rayreport.py`), and `ray status` shows them.
+
+It is stopped by process group, never with `ray stop` (which ends every Ray process on the
+machine). Ready means the log says "Ray runtime started.": a SIGTERM
 before that is handled only ~30 s later (reference ray.md section 3).
 """
 
@@ -24,6 +31,9 @@ RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
     "RAY_AUTH_MODE": "token",
+    # `ray status` reads the autoscaling state ray-vast reports (autoscaler v2's), not the v1
+    # monitor's status string; request_resources() goes to the GCS's cluster constraints.
+    "RAY_enable_autoscaler_v2": "1",
 }
 
 
@@ -58,8 +68,10 @@ def start(
     token_path: Path,
     env: Mapping[str, str],
     extra_env: Mapping[str, str] | None = None,
+    dashboard: tuple[str, int] | None = None,
 ) -> RayHead:
-    """The cluster's Ray head, started if it is not running. No CPUs: work goes to workers."""
+    """The cluster's Ray head, started if it is not running. No CPUs: work goes to workers.
+    `dashboard`: the host and port Ray's dashboard and Jobs API listen on (None: none)."""
     current = running(state_dir, cluster)
     if current is not None:
         return current
@@ -73,7 +85,8 @@ def start(
         "--block",
         f"--port={port}",
         "--num-cpus=0",
-        "--include-dashboard=false",
+        *_dashboard_args(dashboard),
+        "--no-monitor",
         "--disable-usage-stats",
         f"--temp-dir={root}",
         "--object-store-memory=100000000",
@@ -86,6 +99,27 @@ def start(
     address = f"{_local_address()}:{port}"
     processes.remember(state_dir, processes.Started(_name(cluster), proc.pid, {"address": address}))
     return RayHead(address, proc.pid)
+
+
+def _dashboard_args(dashboard: tuple[str, int] | None) -> list[str]:
+    """Ray's dashboard on its host and port; its agent on the head listens on a free port (two
+    clusters' heads on one machine would both take Ray's default 52365)."""
+    if dashboard is None:
+        return ["--include-dashboard=false"]
+    host, port = dashboard
+    return [
+        "--include-dashboard=true",
+        f"--dashboard-host={host}",
+        f"--dashboard-port={port}",
+        f"--dashboard-agent-listen-port={free_port()}",
+    ]
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def stop(state_dir: Path, cluster: str) -> bool:

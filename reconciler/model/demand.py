@@ -176,6 +176,9 @@ class RayReport:
 
     demand: Demand = field(default_factory=Demand)
     nodes: tuple[CurrentNode, ...] = ()
+    # The GCS's cluster resource state version the report was read at (what an autoscaler
+    # says it last saw when it reports back).
+    version: int = 0
 
 
 def asking_for(cluster: ClusterSpec, workers: Mapping[str, int]) -> RayReport:

@@ -143,6 +143,13 @@ class Head:
     enroll_port: int
     heartbeat_port: int
     metrics_port: int
+    dashboard_port: int = 8265
+
+    @property
+    def dashboard_url(self) -> str:
+        """Where Ray's dashboard and Jobs API answer (`ray job submit --address ...`)."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.dashboard_port}"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from reconciler.model.demand import CurrentNode, RayReport, type_shapes
+from reconciler.model.demand import CurrentNode, RayReport, Unmet, type_shapes
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Detection
@@ -39,6 +39,7 @@ class Reading:
 
     wanted: Mapping[NodeKey, int] = field(default_factory=dict)
     infeasible: tuple[str, ...] = ()  # "{GPU: 1} fits no node type of local-sim"
+    unplaced: tuple[Unmet, ...] = ()  # the same demand, as the packing left it
 
 
 def reading(
@@ -78,7 +79,7 @@ def reading(
         for name, count in have.items()
     }
     infeasible = tuple(f"{u.words()} fits no node type of {spec.name}" for u in packing.infeasible)
-    return Reading(wanted, infeasible)
+    return Reading(wanted, infeasible, packing.infeasible)
 
 
 def readings(

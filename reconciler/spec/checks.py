@@ -167,7 +167,7 @@ def check_ports(
     cluster: ClusterSpec, doc: dict[str, Any], positions: Positions, diags: Diagnostics
 ) -> None:
     seen: dict[int, str] = {}
-    for name in ("ray_port", "enroll_port", "heartbeat_port", "metrics_port"):
+    for name in ("ray_port", "enroll_port", "heartbeat_port", "metrics_port", "dashboard_port"):
         port = getattr(cluster.head, name)
         if port in seen:
             # Point at whichever of the two the user wrote; the other may be a default.

@@ -12,6 +12,8 @@ changes. When vast cannot be listed, it says so instead of pretending nothing ru
 1.1 added `generated_at`; `held`, `held_because`, `pinned_by` and `pinned_until` per instance;
 `alerts` and `breakers` per cluster. 1.2 added `halted` and `halt` per breaker. 1.5 added
 `held_down_at` per cluster (since when `ray-vast down` holds it down; null when it does not).
+1.6 added `ray` per cluster (its head's `address` and the URL of its `dashboard` and Jobs API;
+null when the cluster's spec is not known here).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
 from reconciler.nets.base import serving_workers
 
-FORMAT_VERSION = "1.5"
+FORMAT_VERSION = "1.6"
 # The human view shows a cluster's newest alerts; `--json` has every one.
 ALERTS_SHOWN = 10
 
@@ -122,6 +124,7 @@ def _cluster(
         "name": name,
         "held_down_at": _held_down_at(records, name, spec),
         "cap_dollars_per_hour": spec.max_dollars_per_hour if spec else None,
+        "ray": _ray(spec),
         "dollars_per_hour": round(sum(i["dollars_per_hour"] for i in instances), 4),
         "instances": instances,
         "foreign_instances": foreign,
@@ -131,6 +134,14 @@ def _cluster(
             for node_type, state in sorted(breakers.items())
         ],
     }
+
+
+def _ray(spec: ClusterSpec | None) -> dict[str, str] | None:
+    """Where the cluster's Ray head and its dashboard answer (`ray status`, `ray job submit`)."""
+    if spec is None:
+        return None
+    head = spec.head
+    return {"address": f"{head.address}:{head.ray_port}", "dashboard": head.dashboard_url}
 
 
 def _held_down_at(records: Records, name: str, spec: ClusterSpec | None) -> float | None:

@@ -27,6 +27,9 @@ def human(view: dict[str, Any]) -> str:
         cap = cluster["cap_dollars_per_hour"]
         cap_text = f" (cap {cap:.2f})" if cap is not None else ""
         lines.append(f"Cluster {cluster['name']}: ${cluster['dollars_per_hour']:.2f}/h{cap_text}")
+        if cluster.get("ray"):
+            ray = cluster["ray"]
+            lines.append(f"  Ray {ray['address']}, dashboard and Jobs API {ray['dashboard']}")
         if cluster.get("held_down_at") is not None:
             since = _clock_time(cluster["held_down_at"], now)
             lines.append(f"  held down by `ray-vast down` since {since}: {HELD_DOWN}")

@@ -50,7 +50,8 @@ def report(state: Any, *, requested: tuple[ShapeCount, ...] = ()) -> RayReport:
     demand = demand_of(state)
     if requested and not demand.requested:
         demand = replace(demand, requested=requested)
-    return RayReport(demand, tuple(live_nodes(state)))
+    version = int(getattr(state, "cluster_resource_state_version", 0))
+    return RayReport(demand, tuple(live_nodes(state)), version)
 
 
 def demand_of(state: Any) -> Demand:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from reconciler.head.pki import RAY_TOKEN_FILE, pki_dir
+from reconciler.model.autoscaling import AutoscalerState
 from reconciler.model.demand import RayReport
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
@@ -138,6 +139,12 @@ class RayReaders:
                 answered = True
                 out.update({cluster: r for cluster, r in rest.items() if cluster in others})
         return out if answered else None
+
+    def tell(self, states: Mapping[str, AutoscalerState], now: float) -> None:
+        """Each cluster's state to its own reader's head (a cluster with no reader: nobody)."""
+        for name, reader in self.readers.items():
+            if name in states:
+                self._ask(name, "tell", reader.tell, {name: states[name]}, now)
 
     def unread(self) -> frozenset[str]:
         """Clusters with a reader whose last demand reading failed (their Ray head is down or

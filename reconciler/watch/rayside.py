@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from reconciler.applying.journal import Journal
+from reconciler.model.autoscaling import autoscaler_state
 from reconciler.model.demand import RayReport
 from reconciler.model.evolve import evolve
 from reconciler.model.records import Records
@@ -53,9 +54,25 @@ class RaySide:
         node type is said."""
         reports = self._shared("ray_demand", lambda: self.signals().reports(specs), None, specs)
         if reports is not None:
-            found = raydemand.readings(reports, specs, self.journal.records())
+            seen = self.journal.records()
+            found = raydemand.readings(reports, specs, seen)
             self._say_infeasible(specs, found, now)
+            self._tell(found, seen, now, specs)
         return reports
+
+    def _tell(
+        self,
+        found: Mapping[str, raydemand.Reading],
+        seen: Records,
+        now: float,
+        specs: Collection[str],
+    ) -> None:
+        """Tell each read cluster's Ray what ray-vast is renting for it (`ray status`)."""
+        states = {
+            name: autoscaler_state(name, seen, reading.unplaced, now)
+            for name, reading in found.items()
+        }
+        self._shared("ray_tell", lambda: self.signals().tell(states, now), None, specs)
 
     def check(self, specs: Mapping[str, ClusterSpec], now: float) -> None:
         """Between reconciles: wake the clusters whose node types Ray wants more of."""

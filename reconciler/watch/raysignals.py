@@ -26,10 +26,11 @@ import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
+from reconciler.model.autoscaling import AutoscalerState
 from reconciler.model.demand import RayReport
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
-from reconciler.watch import raydemand
+from reconciler.watch import raydemand, rayreport
 
 log = logging.getLogger("ray_vast")
 
@@ -69,6 +70,7 @@ class RaySignals:
         self.cluster = cluster
         self.token_path = token_path
         self._client: Any = None
+        self._seen_version = 0  # the GCS's resource state version at the last reading
         if token_path and "ray" not in sys.modules:
             # Ray reads its token settings from the process environment when it is first
             # imported: they must be in place before anything imports Ray (a later reader of
@@ -97,7 +99,22 @@ class RaySignals:
         return self._client
 
     def _state(self) -> Any:
-        return self._resource_state(self._gcs())
+        state = self._resource_state(self._gcs())
+        self._seen_version = int(state.cluster_resource_state_version)
+        return state
+
+    def tell(self, states: Mapping[str, AutoscalerState], now: float) -> None:
+        """Report this cluster's autoscaling state to its head's GCS, as Ray's autoscaler
+        does; what `ray status` shows as pending and failed."""
+        state = states.get(self.cluster)
+        if state is None:
+            return
+        with _authenticated(self.token_path):
+            told = rayreport.encoded(state, now=now, seen_version=self._seen_version)
+            try:
+                self._gcs().report_autoscaling_state(told)
+            except Exception as exc:
+                log.warning("Ray of %s not told what ray-vast is doing: %s", self.cluster, exc)
 
     # Each reading runs with this reader's token: Ray holds one token per process, read at each
     # call from what the environment names once its cache is reset.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
+from reconciler.model.autoscaling import AutoscalerState
 from reconciler.model.demand import RayReport
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
@@ -23,6 +24,12 @@ class Signals(Protocol):
     def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
         """What each asked cluster's Ray head reported (its demand and live nodes), by cluster;
         a cluster whose head could not be read is left out. None: nothing could be read."""
+        ...
+
+    def tell(self, states: Mapping[str, AutoscalerState], now: float) -> None:
+        """Tell each cluster's Ray head what ray-vast, its autoscaler, is doing (pending and
+        failed launches, infeasible demand), as Ray's autoscaler reports it; a head that cannot
+        be told is told at the next reading."""
         ...
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]: ...
@@ -57,6 +64,9 @@ class AgentSignals:
 
     def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport]:
         return {}
+
+    def tell(self, states: Mapping[str, AutoscalerState], now: float) -> None:
+        return None
 
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         return {

@@ -47,6 +47,7 @@ class Spec:
     name: str
     text: str
     ray_port: int
+    dashboard_port: int = 8265
 
 
 def local_sim(
@@ -60,7 +61,7 @@ def local_sim(
     """local-sim.yaml as `name`, its cpu node type within min/max with `candidate_factor`
     candidates per slot (one by default: two cores are few), $5/h, on free ports; `extra` is
     appended to its `spec:`."""
-    ray_port = free_port()
+    ray_port, dashboard_port = free_port(), free_port()
     text = (
         LOCAL_SIM.read_text()
         .replace("name: local-sim", f"name: {name}")
@@ -72,11 +73,12 @@ def local_sim(
         .replace("enroll_port: 18443", f"enroll_port: {free_port()}")
         .replace("heartbeat_port: 18444", f"heartbeat_port: {free_port()}")
         .replace("metrics_port: 19464", f"metrics_port: {free_port()}")
+        .replace("dashboard_port: 8265", f"dashboard_port: {dashboard_port}")
     )
     assert f"max_workers: {max_workers}" in text and f"name: {name}" in text, text
     assert f"min_workers: {min_workers} " in text, text
     assert f"candidate_factor: {candidate_factor}" in text, text
-    return Spec(name, text.rstrip("\n") + "\n" + extra, ray_port)
+    return Spec(name, text.rstrip("\n") + "\n" + extra, ray_port, dashboard_port)
 
 
 def base_env() -> dict[str, str]:
@@ -115,10 +117,15 @@ class Up:
     proc: subprocess.Popen[str]
     ports: dict[str, int]  # cluster -> its Ray head's port
     env: dict[str, str] = field(default_factory=base_env)
+    dashboards: dict[str, int] = field(default_factory=dict)  # cluster -> its dashboard's port
     downed: set[str] = field(default_factory=set)
 
     def address(self, cluster: str = "local-sim") -> str:
         return f"127.0.0.1:{self.ports[cluster]}"
+
+    def dashboard(self, cluster: str = "local-sim") -> str:
+        """The URL of the cluster's Ray dashboard and Jobs API."""
+        return f"http://127.0.0.1:{self.dashboards.get(cluster, 8265)}"
 
     def token(self, cluster: str = "local-sim") -> Path:
         return self.state / "pki" / cluster / "ray-auth-token"
@@ -318,7 +325,7 @@ def running_up(where: Path, specs: Sequence[Spec] = ()) -> Iterator[Up]:
             text=True,
         )
     ports = {s.name: s.ray_port for s in specs} or {"local-sim": EXAMPLE_RAY_PORT}
-    up = Up(state, log, proc, ports, env)
+    up = Up(state, log, proc, ports, env, {s.name: s.dashboard_port for s in specs})
     try:
         for name in ports:
             try:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleetsim.agents import AgentWorld
 from fleetsim.harness import Fleet
+from reconciler.model.autoscaling import AutoscalerState
 from reconciler.model.demand import RayReport, scripted
 from reconciler.model.labels import parse_label
 from reconciler.model.observation import NodeKey
@@ -176,6 +177,7 @@ class Signals:
     # The fleet's played Ray (`Fleet.agents`): a node Ray drains for idle termination has its
     # raylet exit, as Ray's does. None: draining ends nothing (Ray as it was played before).
     played: AgentWorld | None = None
+    told: list[tuple[float, dict[str, AutoscalerState]]] = field(default_factory=list)
 
     def reports(self, specs: Mapping[str, ClusterSpec]) -> Mapping[str, RayReport] | None:
         """Ray asking for the scripted workers, as a report the planner packs (`scripted`)."""
@@ -192,6 +194,10 @@ class Signals:
 
     def probes(self, records: Records) -> Mapping[str, bool]:
         return {}
+
+    def tell(self, states: Mapping[str, AutoscalerState], now: float) -> None:
+        """What the controller told Ray, kept for the scenario to read (`told`)."""
+        self.told.append((now, dict(states)))
 
     def unread(self) -> Collection[str]:
         """Every cluster of the last reading, while Ray cannot be read (its head is down)."""

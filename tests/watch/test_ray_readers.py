@@ -18,6 +18,7 @@ import pytest
 
 from fleetsim.harness import API_KEY, START, VAST_URL, SimClock
 from reconciler.deps import Deps
+from reconciler.model.autoscaling import AutoscalerState
 from reconciler.model.demand import RayReport, scripted
 from reconciler.model.labels import label_for
 from reconciler.model.observation import NodeKey
@@ -96,6 +97,9 @@ class FakeReader:
         said = None if self.demand_ is None else reports_of(self.demand_)
         return self._answer("demand", sorted(specs), said)  # type: ignore[no-any-return]
 
+    def tell(self, states: Mapping[str, AutoscalerState], now: float) -> None:
+        self._answer("tell", sorted(states), None)
+
     def busy(self, records: Records, now: float) -> Mapping[str, bool | None]:
         return self._answer("busy", now, self.busy_)  # type: ignore[no-any-return]
 
@@ -154,6 +158,10 @@ def test_each_question_goes_to_the_clusters_own_reader_and_each_answer_stays_its
 
     readers.drain_idle(RECORDS, ["i2", "i3", "i4"], START)
     assert ("drain_idle", ["i2"]) in alpha.asked and ("drain_idle", ["i3"]) in beta.asked
+
+    told = {name: AutoscalerState() for name in SPECS}
+    readers.tell(told, START)  # each head is told its own cluster's state, gamma's nobody
+    assert ("tell", ["alpha"]) in alpha.asked and ("tell", ["beta"]) in beta.asked
 
 
 def test_a_failing_reader_is_unknown_for_its_cluster_only(

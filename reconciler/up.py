@@ -46,7 +46,15 @@ def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
         diag_view.write_human(loaded.diagnostics, deps.err)
         return 1
     specs = list(loaded.clusters)
-    deps = _with_simulator(deps, specs, options.spec_path, logger)
+    # The Ray heads start while the simulator does (neither needs the other): seconds off `up`
+    heads = threading.Thread(
+        target=_start_heads, args=(deps, specs, logger, options.stop), name="ray-heads"
+    )
+    heads.start()
+    try:
+        deps = _with_simulator(deps, specs, options.spec_path, logger)
+    finally:
+        heads.join()
     if _stopped(options, logger):
         return 0
     signals = _ray_heads(deps, specs, logger, options.stop)
@@ -141,6 +149,21 @@ def _ray_heads(
             return None
         _ray_head(deps, spec, logger)
     return RayReaders({s.name: s for s in specs}, make=lambda spec: _ray_reader(deps, spec, logger))
+
+
+def _start_heads(
+    deps: Deps, specs: list[ClusterSpec], logger: logging.Logger, stop: threading.Event
+) -> None:
+    """Each cluster's Ray head process started and ready (its readers come after, in the
+    thread that watches: Ray's modules fail to import in two threads at once). A head that
+    fails to start is tried again, and said, by `_ray_heads`."""
+    for spec in specs:
+        if stop.is_set():
+            return
+        try:
+            _ray_head(deps, spec, logger)
+        except Exception as exc:
+            logger.debug("the Ray head of %s did not start here: %s", spec.name, exc)
 
 
 def _ray_head(deps: Deps, spec: ClusterSpec, logger: logging.Logger) -> ClusterPki:

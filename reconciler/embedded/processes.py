@@ -8,12 +8,14 @@ how to reach it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,14 +46,29 @@ def records(state_dir: Path) -> dict[str, Started]:
 
 
 def remember(state_dir: Path, started: Started) -> None:
-    current = {n: asdict(s) for n, s in records(state_dir).items()}
-    current[started.name] = asdict(started)
-    _write(state_dir, current)
+    with _locked(state_dir):
+        current = {n: asdict(s) for n, s in records(state_dir).items()}
+        current[started.name] = asdict(started)
+        _write(state_dir, current)
 
 
 def forget(state_dir: Path, name: str) -> None:
-    current = {n: asdict(s) for n, s in records(state_dir).items() if n != name}
-    _write(state_dir, current)
+    with _locked(state_dir):
+        current = {n: asdict(s) for n, s in records(state_dir).items() if n != name}
+        _write(state_dir, current)
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """One change of the record file at a time: `up` starts the simulator and the Ray heads at
+    once, and a lost update would leave a process nobody stops."""
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(state_dir / (RECORD_FILE + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _write(state_dir: Path, doc: Mapping[str, Any]) -> None:
@@ -109,6 +126,24 @@ def wait_for_line(log: Path, marker: str, proc: subprocess.Popen[bytes], timeout
             raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}; see {log}")
         time.sleep(0.05)
     raise TimeoutError(f"no {marker!r} in {log} after {timeout}s")
+
+
+def wait_for_port(
+    host: str, port: int, proc: subprocess.Popen[bytes], timeout: float, *, log: Path
+) -> None:
+    """Until something accepts connections on (host, port), with a deadline; the process
+    exiting meanwhile is an error."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}; see {log}")
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s; see {log}")
 
 
 def stop_group(pid: int, *, grace: float = 10.0) -> None:

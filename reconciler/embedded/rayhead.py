@@ -96,6 +96,10 @@ def start(
     full.pop("RAY_AUTH_TOKEN", None)
     proc = processes.spawn(argv, env=full, log=log)
     processes.wait_for_line(log, READY_LINE, proc, timeout=120)
+    if dashboard is not None:  # ready means `ray job submit` works, not only the GCS
+        host, dash_port = dashboard
+        reach = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+        processes.wait_for_port(reach, dash_port, proc, timeout=120, log=log)
     address = f"{_local_address()}:{port}"
     processes.remember(state_dir, processes.Started(_name(cluster), proc.pid, {"address": address}))
     return RayHead(address, proc.pid)

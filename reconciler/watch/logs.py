@@ -57,6 +57,9 @@ class Redacting(logging.Filter):
         return True
 
 
+RAY_SCHEDULER_LOGGER = "ray.autoscaler.v2.scheduler"
+
+
 class _OurHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A handler `configure` installed (so a second `configure` replaces it, and only it)."""
 
@@ -81,4 +84,7 @@ def configure(
     # the watch's own lines go nowhere else; the library's may also reach a root handler a host
     # program installed (as before)
     logging.getLogger(LOGGER).propagate = False
+    # Ray's scheduler, which packs Ray's demand for the planner, says its reasoning at INFO on
+    # every packing ("Adding 1 nodes to satisfy min count..."): what it decides is said by us
+    logging.getLogger(RAY_SCHEDULER_LOGGER).setLevel(logging.WARNING)
     return logging.getLogger(LOGGER)

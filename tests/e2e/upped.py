@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -148,8 +149,15 @@ class Up:
         )
 
     def head_up(self, cluster: str = "local-sim") -> bool:
+        """`ray status` answers and so does the dashboard (`up` starts both)."""
         shown = self.ray_status(cluster)
-        return shown is not None and shown.returncode == 0
+        if shown is None or shown.returncode != 0:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", self.dashboards.get(cluster, 8265)), 2):
+                return True
+        except OSError:
+            return False
 
     def worker_in_ray_status(self, cluster: str = "local-sim") -> str | None:
         """`ray status` once a worker of ray-vast's (its slot resource) is in it."""
@@ -308,11 +316,14 @@ def _spec_path(where: Path, specs: Sequence[Spec]) -> str:
 
 
 @contextmanager
-def running_up(where: Path, specs: Sequence[Spec] = ()) -> Iterator[Up]:
+def running_up(
+    where: Path, specs: Sequence[Spec] = (), *, env_extra: Mapping[str, str] | None = None
+) -> Iterator[Up]:
     """`ray-vast up` on these clusters under `where`, every Ray head up; afterwards `up` stopped,
-    `down` of each cluster the test did not take down itself, and no process of it left."""
+    `down` of each cluster the test did not take down itself, and no process of it left.
+    `env_extra`: more of `up`'s environment (a benchmark's PYTHONPATH to another checkout)."""
     state, log = where / "state", where / "up.log"
-    env = base_env()
+    env = {**base_env(), **(env_extra or {})}
     path = _spec_path(where, specs)
     with log.open("w") as out:
         proc = subprocess.Popen(

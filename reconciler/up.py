@@ -14,10 +14,11 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from reconciler import downing, operations
+from reconciler import downing, operations, rayruntime
 from reconciler.deps import Deps
 from reconciler.embedded import processes, rayhead, simulator
 from reconciler.head.pki import ClusterPki
+from reconciler.model.rayversions import TESTED_RAY_VERSION
 from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load
@@ -185,6 +186,16 @@ def _ray_head(deps: Deps, spec: ClusterSpec, logger: logging.Logger) -> ClusterP
             spec.head.dashboard_url,
             pki.ray_auth_token_path,
         )
+        ray = rayruntime.local().ray
+        if ray != TESTED_RAY_VERSION:  # the workers follow the head; the packing follows Ray
+            logger.warning(
+                "Warning: the Ray head of %s runs Ray %s; ray-vast packs Ray's demand with Ray's "
+                "own scheduler as Ray %s has it (install ray[default]==%s to be sure)",
+                spec.name,
+                ray,
+                TESTED_RAY_VERSION,
+                TESTED_RAY_VERSION,
+            )
     return pki
 
 

@@ -16,6 +16,7 @@ before that is handled only ~30 s later (reference ray.md section 3).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import socket
 import sys
 import tempfile
@@ -106,17 +107,26 @@ def start(
 
 
 def _dashboard_args(dashboard: tuple[str, int] | None) -> list[str]:
-    """Ray's dashboard on its host and port; its agent on the head listens on a free port (two
-    clusters' heads on one machine would both take Ray's default 52365)."""
+    """Ray's dashboard on its host and port; its agent on the head, and the Ray Client server
+    that ray[default] starts, listen on free ports (two clusters' heads on one machine would both
+    take Ray's defaults 52365 and 10001)."""
+    client = [f"--ray-client-server-port={free_port()}"] if _has_grpc() else []
     if dashboard is None:
-        return ["--include-dashboard=false"]
+        return ["--include-dashboard=false", *client]
     host, port = dashboard
     return [
         "--include-dashboard=true",
         f"--dashboard-host={host}",
         f"--dashboard-port={port}",
         f"--dashboard-agent-listen-port={free_port()}",
+        *client,
     ]
+
+
+def _has_grpc() -> bool:
+    """Whether Ray will start its client server (it does when grpcio is importable; the flag
+    for its port is an error without it)."""
+    return importlib.util.find_spec("grpc") is not None
 
 
 def free_port() -> int:

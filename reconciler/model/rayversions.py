@@ -32,6 +32,11 @@ DEFAULT_MATCH_LEVEL = "patch"  # Ray 2.60's default for RAY_DEFAULT_PYTHON_VERSI
 MATCH_LEVEL_ENV = "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"
 MATCH_LEVELS = ("patch", "minor")
 
+# The Ray the head runs and ray-vast was checked against: the packing hands Ray's demand to this
+# Ray's ResourceDemandScheduler (tests/planning/test_ray_packing_corpus.py fails on another one),
+# and `up` warns when the head would run another.
+TESTED_RAY_VERSION = "2.60.0"
+
 
 @dataclass(frozen=True)
 class RayVersions:

@@ -54,8 +54,6 @@ from reconciler.model.demand import (
 from reconciler.planning import packbudget, packmemo
 from reconciler.planning.packmemo import Question
 
-# The Ray whose ResourceDemandScheduler the corpus was checked against.
-TESTED_RAY_VERSION = "2.60.0"
 # Ray's kPlacementGroupConstraintKeyPrefix: the label a placement group's bundles share.
 PG_LABEL_PREFIX = "_PG_"
 

@@ -57,6 +57,31 @@ def test_ray_job_submit_runs_a_job_on_a_worker_and_its_logs_come_back(upped: UpC
     assert "JOB RAN ON " in said and "succeeded" in said, said
     ran_on = said.split("JOB RAN ON ", 1)[1].split()[0]
     assert ran_on in {str(i["vast_id"]) for i in up.serving("local-sim")}, (ran_on, said)
+    # and the worker's Ray exports Ray's metrics (ray[default]'s metrics agent)
+    shown = subprocess.run(
+        [sys.executable, "-c", METRICS_PORTS, up.address()],
+        env=up.ray_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    exports = [line.split()[1:] for line in shown.stdout.splitlines() if line.startswith("AT ")]
+    assert exports, shown.stdout + shown.stderr
+    for host, port in exports:
+        metrics = httpx.get(f"http://{host}:{port}/metrics", timeout=10)
+        assert metrics.status_code == 200 and "ray_" in metrics.text, (host, port)
+
+
+METRICS_PORTS = textwrap.dedent(
+    """
+    import sys, ray
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    for node in ray.nodes():
+        if node["Alive"] and node.get("Labels", {}).get("rv_node_type"):
+            print("AT", node["NodeManagerAddress"], node["MetricsExportPort"])
+    """
+)
 
 
 def test_the_dashboard_answers_with_the_token_and_refuses_without_it(upped: UpCluster) -> None:

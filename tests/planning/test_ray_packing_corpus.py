@@ -61,9 +61,10 @@ from reconciler.model.demand import (
     request_resources,
     type_shapes,
 )
+from reconciler.model.rayversions import TESTED_RAY_VERSION
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import raypacking
-from reconciler.planning.raypacking import TESTED_RAY_VERSION, pack
+from reconciler.planning.raypacking import pack
 from reconciler.spec.text import spec_yaml
 from tests.specs import load_spec
 

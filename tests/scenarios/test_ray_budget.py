@@ -1,4 +1,5 @@
-"""The $/h budget inside Ray's packing, through the whole controller (issue 24).
+"""The $/h budget inside Ray's packing, and what Ray is told, through the whole controller
+(issue 24).
 
 The scripted Ray head reports what a real one does (pending tasks by shape, `RayReport`), and
 the planner packs it with Ray's own scheduler within `max_dollars_per_hour`: the node Ray's
@@ -15,7 +16,7 @@ from fleetsim.harness import START, fleet
 from reconciler.model.demand import Demand, RayReport, ShapeCount
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.text import spec_yaml
-from tests.scenarios.world import IMAGE, M, Signals, rented, run
+from tests.scenarios.world import IMAGE, M, Signals, cluster, rented, run
 from tests.specs import load_spec
 
 # `prep` is listed first: CPU work (its RTX 3060 hosts cost ~$0.06/h, GPU not advertised);
@@ -72,3 +73,24 @@ def test_a_budget_that_cannot_buy_all_of_rays_launches_buys_rays_first_node_firs
         f.controller.signals = GpuAndCpuWork(f.clock)
         run(f, START + 15 * M)
         assert node_types_rented(f, "mixed") == ["train"]
+
+
+def test_while_a_worker_is_rented_ray_is_told_it_is_pending_and_then_that_it_is_not() -> None:
+    """Issue 24: ray-vast reports its launches to Ray as Ray's autoscaler does. A slot nobody
+    rents for yet is a pending request; a machine rented whose Ray has not joined is a pending
+    instance (its vast id); once its Ray serves, neither; a shape no node type holds is
+    infeasible."""
+    spec = cluster("told", min_workers=0, max_workers=2, factor=1)
+    with fleet(spec) as f:
+        signals = Signals(f.clock, demand_at=lambda now: {("told", "gpu"): 1})
+        f.controller.signals = signals
+        f.controller.agenda.demand_check_seconds = 2.0
+        run(f, START + 20 * M)
+        states = [s["told"] for _, s in signals.told if "told" in s]
+        pending = [s for s in states if s.pending]
+        assert pending, states[:5]
+        (launch,) = pending[0].pending
+        assert launch.node_type == "gpu" and int(launch.instance_id) in rented(f, "told")
+        assert launch.details in {"renting at vast", "pulling the image", "booting the agent",
+                                  "enrolled, starting Ray"}  # fmt: skip
+        assert not states[-1].pending and not states[-1].requests  # the worker serves now

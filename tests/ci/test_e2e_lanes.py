@@ -22,4 +22,3 @@ def test_the_lanes_are_within_a_tenth_of_each_other() -> None:
     files = sorted(str(p) for p in E2E.glob("test_*.py"))
     totals = [sum(E2E_SECONDS.get(Path(f).name, 30.0) for f in lane) for lane in deal(files, 2)]
     assert max(totals) <= 1.1 * min(totals), totals
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -47,15 +48,28 @@ def up(deps: Deps, options: UpOptions, logger: logging.Logger) -> int:
         diag_view.write_human(loaded.diagnostics, deps.err)
         return 1
     specs = list(loaded.clusters)
-    # The Ray heads start while the simulator does (neither needs the other): seconds off `up`
+    # The Ray heads start while the simulator does (neither needs the other), and the watch
+    # starts once every head's GCS takes connections (workers can join from then on) while the
+    # heads finish starting: seconds off `up` -> the first worker
+    gcs_up = threading.Event()
     heads = threading.Thread(
-        target=_start_heads, args=(deps, specs, logger, options.stop), name="ray-heads"
+        target=_start_heads, args=(deps, specs, logger, options.stop, gcs_up), name="ray-heads"
     )
     heads.start()
     try:
         deps = _with_simulator(deps, specs, options.spec_path, logger)
     finally:
+        gcs_up.wait()
+    try:
+        return _watch_up(deps, specs, options, logger)
+    finally:
         heads.join()
+
+
+def _watch_up(
+    deps: Deps, specs: list[ClusterSpec], options: UpOptions, logger: logging.Logger
+) -> int:
+    """The watch of `up`, once the simulator runs and the Ray heads take workers."""
     if _stopped(options, logger):
         return 0
     signals = _ray_heads(deps, specs, logger, options.stop)
@@ -153,22 +167,38 @@ def _ray_heads(
 
 
 def _start_heads(
-    deps: Deps, specs: list[ClusterSpec], logger: logging.Logger, stop: threading.Event
+    deps: Deps,
+    specs: list[ClusterSpec],
+    logger: logging.Logger,
+    stop: threading.Event,
+    gcs_up: threading.Event,
 ) -> None:
-    """Each cluster's Ray head process started and ready (its readers come after, in the
-    thread that watches: Ray's modules fail to import in two threads at once). A head that
-    fails to start is tried again, and said, by `_ray_heads`."""
-    for spec in specs:
-        if stop.is_set():
-            return
-        try:
-            _ray_head(deps, spec, logger)
-        except Exception as exc:
-            logger.debug("the Ray head of %s did not start here: %s", spec.name, exc)
+    """Each cluster's Ray head process started and ready; `gcs_up` set once the last one's GCS
+    takes connections (or this ends early). The readers come after, in the thread that
+    watches: Ray's modules fail to import in two threads at once. A head that fails to start
+    is tried again, and said, by `_ray_heads`."""
+    try:
+        for n, spec in enumerate(specs):
+            if stop.is_set():
+                return
+            last = gcs_up.set if n == len(specs) - 1 else None
+            try:
+                _ray_head(deps, spec, logger, on_gcs=last)
+            except Exception as exc:
+                logger.debug("the Ray head of %s did not start here: %s", spec.name, exc)
+    finally:
+        gcs_up.set()
 
 
-def _ray_head(deps: Deps, spec: ClusterSpec, logger: logging.Logger) -> ClusterPki:
-    """The cluster's Ray head, started unless it runs; its PKI (the Ray token is in it)."""
+def _ray_head(
+    deps: Deps,
+    spec: ClusterSpec,
+    logger: logging.Logger,
+    *,
+    on_gcs: Callable[[], None] | None = None,
+) -> ClusterPki:
+    """The cluster's Ray head, started unless it runs; its PKI (the Ray token is in it).
+    `on_gcs`: called once its GCS takes connections (see `rayhead.start`)."""
     pki = cluster_pki(deps.state_dir, spec, deps.clock.now())
     if rayhead.running(deps.state_dir, spec.name) is None:
         head = rayhead.start(
@@ -178,8 +208,9 @@ def _ray_head(deps: Deps, spec: ClusterSpec, logger: logging.Logger) -> ClusterP
             token_path=pki.ray_auth_token_path,
             env=deps.env,
             dashboard=(dashboard_host(spec.head.address), spec.head.dashboard_port),
+            on_gcs=on_gcs,
         )
-        logger.info("Ray head of %s at %s (pid %d)", spec.name, head.address, head.pid)
+        logger.info("Ray head of %s ready at %s (pid %d)", spec.name, head.address, head.pid)
         logger.info(
             "Ray dashboard and Jobs API of %s: %s (token: %s)",
             spec.name,

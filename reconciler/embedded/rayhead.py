@@ -20,7 +20,7 @@ import importlib.util
 import socket
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,9 +70,14 @@ def start(
     env: Mapping[str, str],
     extra_env: Mapping[str, str] | None = None,
     dashboard: tuple[str, int] | None = None,
+    on_gcs: Callable[[], None] | None = None,
 ) -> RayHead:
-    """The cluster's Ray head, started if it is not running. No CPUs: work goes to workers.
-    `dashboard`: the host and port Ray's dashboard and Jobs API listen on (None: none)."""
+    """The cluster's Ray head, started if it is not running, and ready (its GCS, its runtime
+    and its dashboard answer). No CPUs: work goes to workers. `dashboard`: the host and port
+    Ray's dashboard and Jobs API listen on (None: none). `on_gcs` is called once the GCS takes
+    connections, seconds before the rest is up: workers can join from then on, so `up` rents
+    while the head finishes starting. The head is recorded as soon as it is spawned, so a head
+    that never gets ready is still found and stopped by `down`."""
     current = running(state_dir, cluster)
     if current is not None:
         return current
@@ -96,14 +101,19 @@ def start(
     full = {**env, **RAY_ENV, **(extra_env or {}), "RAY_AUTH_TOKEN_PATH": str(token_path)}
     full.pop("RAY_AUTH_TOKEN", None)
     proc = processes.spawn(argv, env=full, log=log)
+    host = _local_address()
+    processes.remember(
+        state_dir, processes.Started(_name(cluster), proc.pid, {"address": f"{host}:{port}"})
+    )
+    processes.wait_for_port(host, port, proc, timeout=120, log=log)
+    if on_gcs is not None:
+        on_gcs()
     processes.wait_for_line(log, READY_LINE, proc, timeout=120)
     if dashboard is not None:  # ready means `ray job submit` works, not only the GCS
-        host, dash_port = dashboard
-        reach = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+        dash_host, dash_port = dashboard
+        reach = "127.0.0.1" if dash_host in ("0.0.0.0", "::") else dash_host  # noqa: S104
         processes.wait_for_port(reach, dash_port, proc, timeout=120, log=log)
-    address = f"{_local_address()}:{port}"
-    processes.remember(state_dir, processes.Started(_name(cluster), proc.pid, {"address": address}))
-    return RayHead(address, proc.pid)
+    return RayHead(f"{host}:{port}", proc.pid)
 
 
 def _dashboard_args(dashboard: tuple[str, int] | None) -> list[str]:

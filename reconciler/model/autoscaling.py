@@ -6,11 +6,12 @@ autoscaler of its clusters, so it reports the same things, read from its records
 
 - a pending instance request (Ray: a launch requested, no instance yet) per node type: the open
   slots of open requests that no live candidate is renting for;
-- a pending instance (Ray: allocated, Ray not running yet) per machine rented that Ray has not
-  seen join: the vast instance id, its offer as the instance type, where it is in its start
-  (renting, pulling the image, enrolled and starting Ray);
-- a failed instance request per rental that ended without a worker in the last
-  `FAILED_WINDOW_SECONDS` (Ray shows recent failures), with the reason;
+- a pending instance (Ray: allocated, Ray not running yet) per machine rented whose Ray node
+  Ray does not show yet: the vast instance id, its offer as the instance type, where it is in its
+  start (renting, pulling the image, enrolled and starting Ray);
+- a failed instance request per rental that ended by a fault without a worker in the last
+  `FAILED_WINDOW_SECONDS` (Ray shows recent failures), with the reason; an extra candidate
+  ended because another one won its slot, or a deliberate end, is no failure;
 - the demand that fits no node type (the packing's infeasible part).
 
 Plain data here; `watch/rayreport.py` writes it in Ray's protobuf and sends it.
@@ -19,11 +20,12 @@ Plain data here; `watch/rayreport.py` writes it in Ray's protobuf and sends it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from reconciler.model.demand import Unmet
 from reconciler.model.records import InstanceRecord, Phase, Records, RequestStatus, Role
+from reconciler.model.routing import ROUTES, Outcome
 
 # How long a failed rental stays in Ray's "Recent failures".
 FAILED_WINDOW_SECONDS = 900.0
@@ -78,11 +80,21 @@ class AutoscalerState:
 
 
 def autoscaler_state(
-    cluster: str, records: Records, infeasible: Sequence[Unmet], now: float
+    cluster: str,
+    records: Records,
+    infeasible: Sequence[Unmet],
+    now: float,
+    *,
+    in_ray: Collection[str] = (),
 ) -> AutoscalerState:
-    """What ray-vast is doing for `cluster`, in the terms of Ray's autoscaling state."""
+    """What ray-vast is doing for `cluster`, in the terms of Ray's autoscaling state; `in_ray`:
+    the records whose node Ray shows (their `rv_record` label), which are no longer pending."""
     mine = [r for r in records.instances.values() if r.cluster == cluster]
-    live = [r for r in mine if r.live and r.serving_at is None and r.phase in _STARTING]
+    live = [
+        r
+        for r in mine
+        if r.live and r.serving_at is None and r.phase in _STARTING and r.id not in in_ray
+    ]
     renting: Counter[str] = Counter(r.request_id for r in live if r.request_id)
     requests = []
     for request in records.requests.values():
@@ -110,8 +122,16 @@ def autoscaler_state(
         and r.serving_at is None
         and r.ended_at is not None
         and now - r.ended_at <= FAILED_WINDOW_SECONDS
+        and _a_fault(r.ended_reason)
     )
     return AutoscalerState(tuple(requests), pending, failed, tuple(infeasible))
+
+
+def _a_fault(reason: str | None) -> bool:
+    """Whether an ending was a fault: its class leads somewhere (a replacement, a blocklist, a
+    person), not to nothing (an extra candidate, a scale-down, a `down`)."""
+    route = ROUTES.get(reason or "")
+    return route is None or route.outcomes != (Outcome.NOTHING,)
 
 
 def instance_type(record: InstanceRecord) -> str:

@@ -25,6 +25,8 @@ from reconciler.model.spec import ClusterSpec, NodeType
 
 # The label the head gives every worker of a node type (spec/shapes.py derives it into the shape).
 NODE_TYPE_LABEL = "rv_node_type"
+# ... and the one that ties a worker's Ray node to its record.
+RECORD_LABEL = "rv_record"
 
 Resources = Mapping[str, float]
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from reconciler.applying.journal import Journal
 from reconciler.model.autoscaling import autoscaler_state
-from reconciler.model.demand import RayReport
+from reconciler.model.demand import RECORD_LABEL, RayReport
 from reconciler.model.evolve import evolve
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
@@ -57,11 +57,12 @@ class RaySide:
             seen = self.journal.records()
             found = raydemand.readings(reports, specs, seen)
             self._say_infeasible(specs, found, now)
-            self._tell(found, seen, now, specs)
+            self._tell(reports, found, seen, now, specs)
         return reports
 
     def _tell(
         self,
+        reports: Mapping[str, RayReport],
         found: Mapping[str, raydemand.Reading],
         seen: Records,
         now: float,
@@ -69,7 +70,9 @@ class RaySide:
     ) -> None:
         """Tell each read cluster's Ray what ray-vast is renting for it (`ray status`)."""
         states = {
-            name: autoscaler_state(name, seen, reading.unplaced, now)
+            name: autoscaler_state(
+                name, seen, reading.unplaced, now, in_ray=_in_ray(reports.get(name))
+            )
             for name, reading in found.items()
         }
         self._shared("ray_tell", lambda: self.signals().tell(states, now), None, specs)
@@ -123,6 +126,12 @@ class RaySide:
                 concern = alerts.Concern(cluster, "infeasible_demand", words, by_message=True)
                 raise_alert(self.journal, self.say, concern, now)
         self._infeasible_said = current
+
+
+def _in_ray(report: RayReport | None) -> set[str]:
+    """The records whose Ray node the report shows (the `rv_record` label the head gave it)."""
+    nodes = report.nodes if report is not None else ()
+    return {n.labels[RECORD_LABEL] for n in nodes if RECORD_LABEL in n.labels}
 
 
 def _pinned(records: Records, work: Mapping[str, bool]) -> Records:

@@ -57,6 +57,15 @@ def test_ray_job_submit_runs_a_job_on_a_worker_and_its_logs_come_back(upped: UpC
     assert "JOB RAN ON " in said and "succeeded" in said, said
     ran_on = said.split("JOB RAN ON ", 1)[1].split()[0]
     assert ran_on in {str(i["vast_id"]) for i in up.serving("local-sim")}, (ran_on, said)
+
+    # the worker Ray runs is no longer pending, and the extra candidate that lost its slot
+    # (candidate_factor 2) is no failure (a clean clone's `ray status` said both)
+    def told_true() -> str | None:
+        shown = up.ray_status()
+        text = shown.stdout if shown is not None else ""
+        return text if "(no pending nodes)" in text and "(no failures)" in text else None
+
+    wait_for(told_true, 60, "ray status without a pending worker or a failure", every=1)
     # and the worker's Ray exports Ray's metrics (ray[default]'s metrics agent)
     shown = subprocess.run(
         [sys.executable, "-c", METRICS_PORTS, up.address()],

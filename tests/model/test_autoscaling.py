@@ -70,3 +70,23 @@ def test_the_protobuf_is_what_rays_status_reads() -> None:
         {"TPU": 1.0},
         {"TPU": 1.0},
     ]
+
+
+def test_a_worker_whose_node_ray_already_shows_is_not_pending() -> None:
+    """Tried from a clean clone: `ray status` listed the worker as Idle and, from ray-vast, as
+    pending ("enrolled, starting ray") until the head marked it serving."""
+    enrolled = record("i1", vast_id=11, role=Role.WORKER, phase=Phase.ENROLLED)
+    filled = request(slots=1, workers=("i1",))
+    assert autoscaler_state("c1", records(enrolled, filled), (), NOW).pending != ()
+    shown = autoscaler_state("c1", records(enrolled, filled), (), NOW, in_ray={"i1"})
+    assert shown.pending == ()
+
+
+@pytest.mark.parametrize(("reason", "failed"), [("extra_candidate", False), ("down", False),
+                                                ("create_failed", True), ("pull_timeout", True),
+                                                ("something_new", True)])  # fmt: skip
+def test_only_an_ending_by_a_fault_is_a_recent_failure(reason: str, failed: bool) -> None:
+    """Tried from a clean clone: the extra candidate ended because the other one won its slot
+    showed in `ray status` as "cpu: LaunchFailed"."""
+    gone = record("i1", vast_id=11, phase=Phase.DESTROYED, ended_at=NOW - 5, ended_reason=reason)
+    assert bool(autoscaler_state("c1", records(gone), (), NOW).failed) is failed

@@ -120,16 +120,17 @@ def _dashboard_args(dashboard: tuple[str, int] | None) -> list[str]:
     """Ray's dashboard on its host and port; its agent on the head, and the Ray Client server
     that ray[default] starts, listen on free ports (two clusters' heads on one machine would both
     take Ray's defaults 52365 and 10001)."""
-    client = [f"--ray-client-server-port={free_port()}"] if _has_grpc() else []
+    agent, client = free_ports(2)
+    clients = [f"--ray-client-server-port={client}"] if _has_grpc() else []
     if dashboard is None:
-        return ["--include-dashboard=false", *client]
+        return ["--include-dashboard=false", *clients]
     host, port = dashboard
     return [
         "--include-dashboard=true",
         f"--dashboard-host={host}",
         f"--dashboard-port={port}",
-        f"--dashboard-agent-listen-port={free_port()}",
-        *client,
+        f"--dashboard-agent-listen-port={agent}",
+        *clients,
     ]
 
 
@@ -139,11 +140,18 @@ def _has_grpc() -> bool:
     return importlib.util.find_spec("grpc") is not None
 
 
-def free_port() -> int:
-    """A port nothing listens on now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports nothing listens on now, the kernel's choice (held open together
+    while they are chosen, so no two are the same; the agent has its own copy, as it imports
+    nothing of ray-vast's: agent/raynode.py)."""
+    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(p.getsockname()[1]) for p in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def stop(state_dir: Path, cluster: str) -> bool:

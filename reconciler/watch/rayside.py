@@ -51,14 +51,22 @@ class RaySide:
         self, specs: Mapping[str, ClusterSpec], now: float
     ) -> Mapping[str, RayReport] | None:
         """What every cluster's Ray head reported (None: unread); the demand in it that fits no
-        node type is said."""
+        node type is said, and each head is told what ray-vast is renting for it."""
+        read = self._read(specs, now)
+        return None if read is None else read[0]
+
+    def _read(
+        self, specs: Mapping[str, ClusterSpec], now: float
+    ) -> tuple[Mapping[str, RayReport], dict[str, raydemand.Reading], Records] | None:
+        """The reports, each packed once (unpriced) against the records they were read with."""
         reports = self._shared("ray_demand", lambda: self.signals().reports(specs), None, specs)
-        if reports is not None:
-            seen = self.journal.records()
-            found = raydemand.readings(reports, specs, seen)
-            self._say_infeasible(specs, found, now)
-            self._tell(reports, found, seen, now, specs)
-        return reports
+        if reports is None:
+            return None
+        seen = self.journal.records()
+        found = raydemand.readings(reports, specs, seen)
+        self._say_infeasible(specs, found, now)
+        self._tell(reports, found, seen, now, specs)
+        return reports, found, seen
 
     def _tell(
         self,
@@ -81,13 +89,11 @@ class RaySide:
         """Between reconciles: wake the clusters whose node types Ray wants more of."""
         if not self.agenda.demand_check_due(now):
             return
-        reports = self.reports(specs, now)
-        if reports is None:
+        read = self._read(specs, now)
+        if read is None:
             return
-        seen = self.journal.records()
-        for (cluster, node_type), count in raydemand.wanted_of(
-            raydemand.readings(reports, specs, seen)
-        ).items():
+        _, found, seen = read
+        for (cluster, node_type), count in raydemand.wanted_of(found).items():
             if cluster in specs and cluster not in self.agenda.wake:
                 have = scaling.short_of(seen, specs[cluster], node_type, count)
                 if have is not None:

@@ -11,6 +11,14 @@ The node's address (`--node-ip-address`, what the node advertises and the head's
 to) is the answer's `node_ip_address`, which is the public address the agent enrolled with
 (`PUBLIC_IPADDR`); a container told its own source address (`VASTSIM_SOURCE_IP`, the simulator's
 per-instance loopback address) advertises that one, which is the same address there.
+
+When the command is the `ray` script of a Python the agent found (`rayversion.interpreter`), that
+Python runs Ray's own `ray` entry point after a wait for the head (`HEAD_FIRST`): a worker's
+`ray start` asks the GCS for the head node and, while the head's raylet has not registered yet,
+asks again only every 2 s (Ray 2.60 `get_all_node_info_until_retrieved`), so a worker that enrolls
+while the head is still starting (`up`'s first worker) joined up to 2 s after the head was there.
+The wait asks every 50 ms, with Ray already imported, for at most 30 s; then Ray's start runs
+unchanged (its own wait included), and any failure of the wait only leaves Ray's start to wait.
 """
 
 from __future__ import annotations
@@ -33,6 +41,32 @@ HIDDEN_FROM_RAY = ("CONTAINER_API_KEY", "RV_JOIN_TOKEN", "RV_CA_PEM")
 RAY_LABEL_PREFIX = "ray.io/"
 RAY_OVERRIDE_LABELS = "RAY_OVERRIDE_LABELS"
 
+HEAD_FIRST = """
+import sys, time
+from ray.scripts.scripts import main
+try:
+    from ray._raylet import GcsClient
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+    from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+    address = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--address=")][0]
+    head = GetAllNodeInfoRequest.NodeSelector()
+    head.is_head_node = True
+    client, deadline = GcsClient(address=address), time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if client.get_all_node_info(
+                timeout=2, node_selectors=[head], state_filter=GcsNodeInfo.GcsNodeState.ALIVE
+            ):
+                break
+        except Exception:
+            pass
+        time.sleep(0.05)
+except Exception:
+    pass
+sys.argv[0] = "ray"
+sys.exit(main())
+"""
+
 
 @dataclass(frozen=True)
 class RayPlan:
@@ -50,12 +84,14 @@ def ray_plan(
     base_env: Mapping[str, str],
     node_ip: str | None = None,
     agent_ports: Sequence[int] = (),
+    python: str | None = None,
 ) -> RayPlan:
     """The `ray start` of one worker (pure): everything from the enrollment answer's `ray`, but
     the node's address is `node_ip` when the container was told its own (see the docstring).
     `agent_ports`: four free ports of the container for Ray's dashboard agent (HTTP, gRPC), its
     metrics export and its runtime-env agent (Ray's default 52365 for the first is one port per
-    machine: containers that share one, as vastsim's do, would all wait for it)."""
+    machine: containers that share one, as vastsim's do, would all wait for it). `python`: the
+    interpreter `command`'s `ray` script runs on (`HEAD_FIRST` in the module docstring)."""
     # `ray start --labels` refuses Ray's own ray.io/ keys; what Ray would have found itself
     # (the accelerator type, with no NVML in a simulation) is set as Ray's autoscalers set it
     own = {k: v for k, v in ray["labels"].items() if not k.startswith(RAY_LABEL_PREFIX)}
@@ -63,7 +99,7 @@ def ray_plan(
     labels = ",".join(f"{k}={v}" for k, v in sorted(own.items()))
     address = node_ip or ray["node_ip_address"]
     argv = [
-        *command,
+        *_launcher(command, python),
         "start",
         "--block",
         f"--address={ray['head_address']}",
@@ -98,6 +134,21 @@ def ray_plan(
     env["RAY_AUTH_TOKEN_PATH"] = token_path
     env.pop("RAY_AUTH_TOKEN", None)
     return RayPlan(tuple(argv), env)
+
+
+def _launcher(command: Sequence[str], python: str | None) -> list[str]:
+    """What runs `ray start`: `command` itself, or, for the plain `ray` script of a known Python,
+    that Python running Ray's entry point after the wait for the head."""
+    if python is None or len(command) != 1 or os.path.basename(command[0]) != "ray":
+        return list(command)
+    return [python, "-c", HEAD_FIRST]
+
+
+def shown(argv: Sequence[str]) -> str:
+    """A `ray start` command line as a log says it (the launcher's script not spelled out)."""
+    if len(argv) > 2 and argv[1] == "-c" and argv[2] == HEAD_FIRST:
+        return " ".join(["ray", *argv[3:]]) + f" (run by {argv[0]} once the head is up)"
+    return " ".join(argv)
 
 
 def free_ports(count: int) -> list[int]:

@@ -367,8 +367,9 @@ class Watchdog:
             base_env=self.env,
             node_ip=self.settings.source_ip,
             agent_ports=raynode.free_ports(4),
+            python=(self._runtime or {}).get("python"),
         )
-        self.log("starting Ray: " + " ".join(plan.argv))
+        self.log("starting Ray: " + raynode.shown(plan.argv))
         try:
             self.ray = raynode.RayProcess(plan)
         except OSError as exc:

@@ -8,7 +8,9 @@ How to run (from the repository root, in a loopback-only network namespace as CI
 Each trial starts `up` on the README's example in a fresh state directory and times, from the
 moment `up` is started, until Ray's GCS has a live node of one of ray-vast's workers (its
 `rv_record` label): the head (GCS, dashboard and Jobs API), the simulator, the rental, the
-container's bootloader and agent, the enrollment and the worker's own `ray start`. With
+container's bootloader and agent, the enrollment and the worker's own `ray start`. The probe is
+one GCS client in this process (a `ray status` subprocess every 2 s would take one of the two
+cores from the start it measures). With
 `--baseline DIR` (a checkout of another commit, e.g. `git worktree add /tmp/base HEAD~3`) the
 trials alternate between that checkout and this one, so the machine's mood is shared.
 """
@@ -21,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from tests.e2e.upped import EXAMPLE_RAY_PORT, ROOT, Spec, running_up
@@ -34,7 +37,8 @@ def trial(tree: Path | None) -> float:
         example = (tree or ROOT) / "examples" / "clusters" / "local-sim.yaml"
         spec = Spec("local-sim", example.read_text(), EXAMPLE_RAY_PORT)
         started = time.monotonic()
-        with running_up(Path(workdir), [spec], env_extra=extra) as up:
+        with running_up(Path(workdir), [spec], env_extra=extra, wait_heads=False) as up:
+            wait_for(up.token().exists, 60, "up's Ray token", every=0.05)
             os.environ["RAY_AUTH_MODE"] = "token"
             os.environ["RAY_AUTH_TOKEN_PATH"] = str(up.token())
             # Ray caches the token it read: each trial's cluster has its own
@@ -44,11 +48,16 @@ def trial(tree: Path | None) -> float:
             gcs = GcsClient(address=up.address())
 
             def a_worker() -> bool:
-                nodes = gcs.get_all_node_info(timeout=5).values()
+                try:
+                    nodes = gcs.get_all_node_info(timeout=1).values()
+                except Exception:  # the GCS is not up yet: look again
+                    return False
                 return any("rv_record" in n.labels and n.state == 0 for n in nodes)
 
             wait_for(a_worker, 120, "a worker in Ray", every=0.05)
-            return time.monotonic() - started
+            took = time.monotonic() - started
+            wait_for(partial(up.head_up, spec.name), 60, "the Ray head", every=0.5)
+            return took
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,8 @@ same token (issue 24: `ray job submit` from the user's machine). ray-vast is the
 it runs with autoscaler v2's state in the GCS (`RAY_enable_autoscaler_v2`) and without Ray's own
 monitor (`--no-monitor`), which knows none of ray-vast's node types and would tell every driver
 that a demand ray-vast is renting for is infeasible; ray-vast reports its launches to the GCS
-instead (`watch/rayreport.py`), and `ray status` shows them.
+instead (`watch/rayreport.py`), and `ray status` shows them, and tells the drivers only the demand
+no node type can serve (`watch/rayevents.py`).
 
 It is stopped by process group, never with `ray stop` (which ends every Ray process on the
 machine). Ready means the log says "Ray runtime started.": a SIGTERM

@@ -9,10 +9,20 @@ also across a restart of the watch.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from reconciler.model.autoscaling import AutoscalerState
 from reconciler.model.demand import Unmet
+
+
+class Infeasible(NamedTuple):
+    """Demand no node type holds, in the three kinds Ray's autoscaler v2 tells apart (the
+    fields of its `AutoscalingState`, and the arguments of its event logger)."""
+
+    requests: list[Any]  # ResourceRequest, one per task
+    gangs: list[Any]  # GangResourceRequest, one per placement group
+    constraints: list[Any]  # ClusterResourceConstraint, one per request_resources() call
 
 
 def encoded(state: AutoscalerState, *, now: float, seen_version: int) -> bytes:
@@ -53,22 +63,26 @@ def encoded(state: AutoscalerState, *, now: float, seen_version: int) -> bytes:
                 failed_ts=int(failed.failed_at),
             )
         )
-    for unmet in state.infeasible:
-        _infeasible(pb, message, unmet)
+    said = infeasible(state.infeasible)
+    message.infeasible_resource_requests.extend(said.requests)
+    message.infeasible_gang_resource_requests.extend(said.gangs)
+    message.infeasible_cluster_resource_constraints.extend(said.constraints)
     return bytes(message.SerializeToString())
 
 
-def _infeasible(pb: Any, message: Any, unmet: Unmet) -> None:
-    """Demand no node type holds, in the field Ray's autoscaler puts it in."""
-    requests = [pb.ResourceRequest(resources_bundle=dict(b)) for b in unmet.bundles]
-    if unmet.kind == "placement_group":
-        message.infeasible_gang_resource_requests.append(
-            pb.GangResourceRequest(requests=requests, details=f"{unmet.placement_group}")
-        )
-    elif unmet.kind == "request_resources":
-        by_count = [pb.ResourceRequestByCount(request=r, count=unmet.count) for r in requests]
-        message.infeasible_cluster_resource_constraints.append(
-            pb.ClusterResourceConstraint(resource_requests=by_count)
-        )
-    else:
-        message.infeasible_resource_requests.extend(requests * unmet.count)
+def infeasible(unmet: Sequence[Unmet]) -> Infeasible:
+    """Demand no node type holds, in Ray's protobuf, each kind where Ray's autoscaler puts it."""
+    from ray.core.generated import autoscaler_pb2 as pb  # noqa: PLC0415 - Ray is heavy
+
+    out = Infeasible([], [], [])
+    for each in unmet:
+        requests = [pb.ResourceRequest(resources_bundle=dict(b)) for b in each.bundles]  # type: ignore[attr-defined]
+        if each.kind == "placement_group":
+            gang = pb.GangResourceRequest(requests=requests, details=f"{each.placement_group}")  # type: ignore[attr-defined]
+            out.gangs.append(gang)
+        elif each.kind == "request_resources":
+            by_count = [pb.ResourceRequestByCount(request=r, count=each.count) for r in requests]  # type: ignore[attr-defined]
+            out.constraints.append(pb.ClusterResourceConstraint(resource_requests=by_count))  # type: ignore[attr-defined]
+        else:
+            out.requests.extend(requests * each.count)
+    return out

@@ -31,6 +31,7 @@ from reconciler.model.demand import RayReport
 from reconciler.model.records import Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.watch import raydemand, rayreport
+from reconciler.watch.rayevents import DriverEvents
 
 log = logging.getLogger("ray_vast")
 
@@ -71,6 +72,7 @@ class RaySignals:
         self.token_path = token_path
         self._client: Any = None
         self._seen_version = 0  # the GCS's resource state version at the last reading
+        self._events = DriverEvents(cluster)  # what the head's drivers are told (rayevents)
         if token_path and "ray" not in sys.modules:
             # Ray reads its token settings from the process environment when it is first
             # imported: they must be in place before anything imports Ray (a later reader of
@@ -105,7 +107,8 @@ class RaySignals:
 
     def tell(self, states: Mapping[str, AutoscalerState], now: float) -> None:
         """Report this cluster's autoscaling state to its head's GCS, as Ray's autoscaler
-        does; what `ray status` shows as pending and failed."""
+        does (what `ray status` shows as pending and failed), and tell the head's drivers the
+        demand no node type can serve, as Ray's autoscaler does (`rayevents`)."""
         state = states.get(self.cluster)
         if state is None:
             return
@@ -113,8 +116,17 @@ class RaySignals:
             told = rayreport.encoded(state, now=now, seen_version=self._seen_version)
             try:
                 self._gcs().report_autoscaling_state(told)
+                self._events.infeasible(state.infeasible, now, self._head_logs)
             except Exception as exc:
                 log.warning("Ray of %s not told what ray-vast is doing: %s", self.cluster, exc)
+
+    def _head_logs(self) -> str | None:
+        """The logs directory of the head's current session, when it is on this machine."""
+        for node in self._gcs().get_all_node_info(timeout=5).values():
+            if node.is_head_node and node.state == ALIVE:
+                logs = os.path.join(node.session_dir, "logs")
+                return logs if os.path.isdir(logs) else None
+        return None
 
     # Each reading runs with this reader's token: Ray holds one token per process, read at each
     # call from what the environment names once its cache is reset.

@@ -16,6 +16,7 @@ With real Ray on the embedded simulator:
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -162,6 +163,14 @@ INFEASIBLE_STATE = textwrap.dedent(
 )
 
 
+# Ray's words (the shape's keys in the order of Ray's protobuf map, which is not fixed)
+INFEASIBLE_SAID = re.compile(
+    r"No available node types can fulfill resource requests "
+    r"\{('TPU': 1.0, 'CPU': 1.0|'CPU': 1.0, 'TPU': 1.0)\}\*1\. "
+    r"Add suitable node types to this cluster to resolve this issue\."
+)
+
+
 def test_a_demand_no_node_type_serves_is_pending_in_ray_status_and_infeasible_in_the_gcs(
     upped: UpCluster,
 ) -> None:
@@ -170,7 +179,11 @@ def test_a_demand_no_node_type_serves_is_pending_in_ray_status_and_infeasible_in
     env = {**up.ray_env(spec.name), "ADDRESS": up.address(spec.name)}
     ask = "import os, ray; ray.init(address=os.environ['ADDRESS']); "
     ask += "ray.remote(resources={'TPU': 1})(lambda: 1).remote(); import time; time.sleep(600)"
-    driver = subprocess.Popen([sys.executable, "-c", ask], env=env, stdout=subprocess.DEVNULL)
+    said_to_driver = up.state.parent / "tpu-driver.out"
+    with said_to_driver.open("w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-c", ask], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
 
         def listed() -> str | None:
@@ -192,6 +205,13 @@ def test_a_demand_no_node_type_serves_is_pending_in_ray_status_and_infeasible_in
         assert "INFEASIBLE" in wait_for(told, 60, "ray-vast's infeasible report", every=1)
         said = [e for e in up.ledger() if e["class"] == "infeasible_demand"]
         assert said and "TPU" in said[0]["message"], said
+
+        # the driver is told, as Ray's autoscaler tells it (Ray's own event logger and log
+        # monitor), that no node type can serve the TPU demand
+        def driver_told() -> bool:
+            return INFEASIBLE_SAID.search(said_to_driver.read_text()) is not None
+
+        wait_for(driver_told, 60, "the driver told the TPU demand is infeasible", every=0.5)
     finally:
         driver.kill()
         driver.wait()

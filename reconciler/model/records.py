@@ -15,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from reconciler import settings
 from reconciler.model.evolve import evolve
+from reconciler.model.recordindex import RecordIndex
 
 
 class Intent(StrEnum):
@@ -441,6 +443,11 @@ class Records:
     # orphan sweep's grace runs from our own first observation, never from vast's start_date.
     unrecorded_seen: Mapping[int, float] = field(default_factory=dict)
     next_id: int = 1
+
+    @cached_property
+    def index(self) -> RecordIndex:
+        """The records and requests by cluster and node type (built at the first question)."""
+        return RecordIndex(self.instances, self.requests)
 
     def live_instances(self, cluster: str | None = None) -> list[InstanceRecord]:
         return [

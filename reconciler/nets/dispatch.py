@@ -181,7 +181,7 @@ def needs_demand(jobs: Iterable[str]) -> bool:
 def run(jobs: Sequence[str], inputs: Inputs, nets: Mapping[str, Net] = JOBS) -> Findings:
     """The due `jobs` of one cluster, in the table's order."""
     out = Findings()
-    mine = [r for r in inputs.records.instances.values() if r.cluster == inputs.spec.name]
+    mine = inputs.records.index.of_cluster(inputs.spec.name)
     due = set(jobs)
     if IDLE_SCAN in nets and IDLE_SCAN not in due and ACTING_ON_QUIET & due:
         _idle_clear(inputs, mine, out)

@@ -48,9 +48,7 @@ class PoolResult:
 
 def _open(records: Records, cluster: str, node_type: str) -> list[Request]:
     return [
-        r
-        for r in records.requests.values()
-        if r.cluster == cluster and r.node_type == node_type and r.status is RequestStatus.OPEN
+        r for r in records.index.requests_of(cluster, node_type) if r.status is RequestStatus.OPEN
     ]
 
 
@@ -62,9 +60,7 @@ def _end(request: Request, status: RequestStatus, cls: str, why: str, out: PoolR
 def _workers(records: Records, cluster: str, node_type: str) -> int:
     """Workers in rotation (a lost one is not capacity)."""
     return sum(
-        1
-        for w in serving_workers(records.instances.values())
-        if w.cluster == cluster and w.node_type == node_type and not w.lost
+        1 for w in serving_workers(records.index.of_node_type(cluster, node_type)) if not w.lost
     )
 
 
@@ -77,11 +73,10 @@ def pool_idle_release(
     now: float,
 ) -> PoolResult:
     out = PoolResult()
-    live = scannable(records.instances.values())
     for spec in specs.values():
         for name, node_type in spec.node_types.items():
             key = f"{spec.name}/{name}"
-            members = [r for r in live if r.cluster == spec.name and r.node_type == name]
+            members = scannable(records.index.of_node_type(spec.name, name))
             active = (
                 demand is None
                 or demand.get((spec.name, name), 0) > 0

@@ -165,11 +165,9 @@ def observe_lives(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> None:
     worker."""
     digest = node_type.digest
     served_for = spec.breaker.min_service_seconds
-    for record in list(draft.instances.values()):
+    for record in draft.of_node_type(spec.name, node_type.name):
         if (
-            record.cluster != spec.name
-            or record.node_type != node_type.name
-            or record.role is not Role.WORKER
+            record.role is not Role.WORKER
             or record.breaker_mark is not None
             or _digest_of(draft, record) != digest
         ):
@@ -225,7 +223,8 @@ def headroom(draft: Draft, spec: ClusterSpec, node_type: NodeType, wanted: int, 
         return min(wanted, spec.breaker.slots - canary_slots(draft, spec, node_type, state))
     if state.count == 0:
         return wanted
-    young = sum(1 for r in draft.instances.values() if _young(draft, r, spec, node_type))
+    mine = draft.of_node_type(spec.name, node_type.name)
+    young = sum(1 for r in mine if _young(draft, r, spec, node_type))
     return min(wanted, spec.breaker.slots - state.count - trying - young)
 
 
@@ -233,14 +232,14 @@ def canary_slots(draft: Draft, spec: ClusterSpec, node_type: NodeType, state: Br
     """The slots of the current canary cycle: those of the configuration's requests placed
     since the cycle began, but for the slots of a request a watchdog ended before anything was
     rented for it (it cost nothing and proves nothing)."""
-    rented = {r.request_id for r in draft.instances.values() if r.vast_id is not None or r.live}
+    # a request's rentals are of its own cluster and node type
+    mine = draft.of_node_type(spec.name, node_type.name)
+    rented = {r.request_id for r in mine if r.vast_id is not None or r.live}
     since = state.cycle_from if state.cycle_from is not None else float("-inf")
     return sum(
         len(r.slots)
-        for r in draft.requests.values()
-        if r.cluster == spec.name
-        and r.node_type == node_type.name
-        and r.digest == node_type.digest
+        for r in draft.index.requests_of(spec.name, node_type.name)
+        if r.digest == node_type.digest
         and r.placed_at >= since
         and not (r.ended_by_watchdog and r.id not in rented)
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from reconciler.model.diagnostics import Diagnostic, plan_note
 from reconciler.model.evolve import evolve
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
+from reconciler.model.recordindex import RecordIndex
 from reconciler.model.records import (
     Alert,
     BlockEntry,
@@ -43,6 +44,25 @@ class Draft:
     alerts: list[Alert] = field(default_factory=list)
     detections: list[Detection] = field(default_factory=list)
     doomed: set[str] = field(default_factory=set)
+    # the records and requests by cluster and node type, over the draft's own mappings: a
+    # plan adds no record and moves none, so the index built once serves the whole plan
+    index: RecordIndex = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.index = RecordIndex(self.instances, self.requests)
+
+    def of_cluster(self, cluster: str) -> list[InstanceRecord]:
+        """The cluster's records as the draft has them now (live or not)."""
+        return self.index.of_cluster(cluster)
+
+    def of_node_type(self, cluster: str, node_type: str) -> list[InstanceRecord]:
+        """The node type's records as the draft has them now (live or not)."""
+        return self.index.of_node_type(cluster, node_type)
+
+    def add_request(self, request: Request) -> None:
+        """A request the plan places."""
+        self.requests[request.id] = request
+        self.index.add_request(request)
 
     @classmethod
     def start(cls, records: Records, *, lineage: str, now: float) -> Draft:
@@ -134,6 +154,11 @@ class Draft:
 
     def update(self, record: InstanceRecord, **changes: object) -> InstanceRecord:
         updated = evolve(record, **changes)
+        if record.id not in self.instances or (updated.cluster, updated.node_type) != (
+            record.cluster,
+            record.node_type,
+        ):
+            raise ValueError(f"a plan changes records, it does not add or move one: {record.id}")
         self.instances[record.id] = updated
         return updated
 

@@ -78,8 +78,8 @@ def finish_unfinished(
     for a cluster removed from the specs: the defaults of the seed's windows apply."""
     missing = spec.watchdogs.missing_from_listing_seconds if spec else DEFAULT_MISSING_SECONDS
     grace = spec.watchdogs.orphan_grace_seconds if spec else DEFAULT_ORPHAN_GRACE_SECONDS
-    for record in list(draft.instances.values()):
-        if record.cluster != cluster or not record.live:
+    for record in draft.of_cluster(cluster):
+        if not record.live:
             continue
         if record.intent is Intent.DESTROYED:
             _finish(draft, record, listing, missing, ActionKind.DESTROY)
@@ -139,10 +139,9 @@ def _expire_pending(draft: Draft, record_id: str, grace: float) -> None:
 
 def restart_stopped(draft: Draft, cluster: str) -> None:
     """Machines vast stopped (outbid, balance) whose recorded intent is still running."""
-    for record in draft.instances.values():
+    for record in draft.of_cluster(cluster):
         if (
-            record.cluster == cluster
-            and record.live
+            record.live
             and record.intent is Intent.RUNNING
             and record.phase is Phase.STOPPED
             and record.id not in draft.doomed
@@ -220,12 +219,8 @@ def _resumable_workers(
     return sorted(
         (
             r
-            for r in draft.instances.values()
-            if r.cluster == spec.name
-            and r.node_type == node_type.name
-            and r.id not in draft.doomed
-            and r.managed_by == draft.lineage
-            and resumable(r)
+            for r in draft.of_node_type(spec.name, node_type.name)
+            if r.id not in draft.doomed and r.managed_by == draft.lineage and resumable(r)
         ),
         key=lambda r: (r.stopped_deliberately_at or 0.0, r.id),
         reverse=True,
@@ -249,7 +244,7 @@ def end_stuck_starts(draft: Draft, spec: ClusterSpec, listing: Mapping[int, Inst
     the worker being gone."""
     limit = spec.watchdogs.start_limit_seconds
     found = []
-    for record in list(draft.instances.values()):
+    for record in draft.of_cluster(spec.name):
         if (
             record.exempt
             and record.start_requested_at is not None
@@ -259,7 +254,7 @@ def end_stuck_starts(draft: Draft, spec: ClusterSpec, listing: Mapping[int, Inst
             draft.update(record, start_requested_at=None)
             continue
         due = start_deadline(record, spec)
-        if record.cluster != spec.name or due is None or draft.now < due:
+        if due is None or draft.now < due:
             continue
         if refusal(record, lineage=draft.lineage, now=draft.now, gate=Gate()) is not None:
             continue

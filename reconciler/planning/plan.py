@@ -212,7 +212,7 @@ def _plan_cluster(
     by_id: Mapping[int, Instance],
     before: float,
 ) -> None:
-    mine = [r for r in draft.instances.values() if r.cluster == spec.name and r.live]
+    mine = [r for r in draft.of_cluster(spec.name) if r.live]
     detections = candidate_limits.detect(
         mine, by_id, {spec.name: spec}, lineage=draft.lineage, now=draft.now
     )
@@ -286,8 +286,8 @@ def _retire(
     plan after the work or the pin ends. `down` (planning/teardown.py) is not a prune: it ends
     everything."""
     lifecycle.finish_unfinished(draft, cluster, by_id, None)
-    for record in list(draft.instances.values()):
-        if record.cluster != cluster or not record.live or record.intent is Intent.DESTROYED:
+    for record in draft.of_cluster(cluster):
+        if not record.live or record.intent is Intent.DESTROYED:
             continue
         if record.managed_by != draft.lineage:
             continue
@@ -341,7 +341,7 @@ def _hold(draft: Draft, record: InstanceRecord, why: str) -> None:
 
 
 def _cluster_dph(draft: Draft, cluster: str) -> float:
-    return sum(r.billing_dph for r in draft.instances.values() if r.cluster == cluster and r.live)
+    return sum(r.billing_dph for r in draft.of_cluster(cluster) if r.live)
 
 
 def _delta(draft: Draft, cluster: str) -> float:

@@ -26,7 +26,8 @@ from reconciler.model.demand import CurrentNode, RayReport, Unmet, type_shapes
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Detection
-from reconciler.model.records import BreakerState, InstanceRecord, Records, Request
+from reconciler.model.recordindex import RecordIndex
+from reconciler.model.records import BreakerState, Records
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import raypacking, scaling
 from reconciler.planning.draft import Draft
@@ -45,8 +46,7 @@ class Reading:
 def reading(
     report: RayReport,
     spec: ClusterSpec,
-    instances: Mapping[str, InstanceRecord],
-    requests: Mapping[str, Request],
+    index: RecordIndex,
     breakers: Mapping[str, BreakerState],
     *,
     offers: Mapping[NodeKey, Sequence[Offer]] | None = None,
@@ -55,7 +55,7 @@ def reading(
     """What Ray reported for one cluster packed onto the cluster's node types as Ray packs it;
     with `offers` and `allowance`, a node of each type priced at its cheapest acceptable offer
     and the launches kept within the $/h left."""
-    have = {n: scaling.capacity(instances, requests, spec.name, n) for n in spec.node_types}
+    have = {n: scaling.capacity(index, spec.name, n) for n in spec.node_types}
     nodes = with_pending(report.nodes, have)
     # a halted node type (a permanent failure) launches nothing: its demand goes to the others
     shapes = tuple(
@@ -88,7 +88,7 @@ def readings(
     """Each reported cluster's reading against the records, unpriced (no budget: what the
     between-reconcile wake-up and the nets compare with; the plan packs within the budget)."""
     return {
-        name: reading(report, specs[name], records.instances, records.requests, records.breakers)
+        name: reading(report, specs[name], records.index, records.breakers)
         for name, report in reports.items()
         if name in specs
     }
@@ -110,8 +110,7 @@ def workers_wanted(
     return reading(
         report,
         spec,
-        draft.instances,
-        draft.requests,
+        draft.index,
         draft.breakers,
         offers=observation.offers,
         allowance=max(0.0, budget.cap - budget.spent),

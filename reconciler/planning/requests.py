@@ -57,8 +57,8 @@ class RequestIndex:
     def of(cls, draft: Draft, cluster: str) -> RequestIndex:
         candidates: dict[str, list[InstanceRecord]] = {}
         used: dict[str, int] = {}
-        for r in draft.instances.values():
-            if r.cluster != cluster or r.request_id is None:
+        for r in draft.of_cluster(cluster):
+            if r.request_id is None:
                 continue
             # a create that never left a billed instance (offer gone, nothing rentable) is no
             # rental; everything else, ended or not, is

@@ -19,6 +19,7 @@ from reconciler.model import stopping
 from reconciler.model.labels import label_for
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, ActionKind, SkippedOffer, Unmet
+from reconciler.model.recordindex import RecordIndex
 from reconciler.model.records import (
     BreakerState,
     InstanceRecord,
@@ -42,12 +43,8 @@ from reconciler.planning.requests import RequestIndex, end_open_slots
 def live_of(draft: Draft, cluster: str, node_type: str) -> list[InstanceRecord]:
     return [
         r
-        for r in draft.instances.values()
-        if r.cluster == cluster
-        and r.node_type == node_type
-        and r.live
-        and r.intent is not Intent.DESTROYED
-        and r.id not in draft.doomed
+        for r in draft.of_node_type(cluster, node_type)
+        if r.live and r.intent is not Intent.DESTROYED and r.id not in draft.doomed
     ]
 
 
@@ -71,7 +68,7 @@ def scale(
     if len(workers) > node_type.max_workers:
         _scale_down(draft, workers, len(workers) - node_type.max_workers)
         return
-    requests = _open_requests(draft.requests, spec.name, node_type.name)
+    requests = _open_requests(draft, spec.name, node_type.name)
     trying = sum(len(r.open_slots) for r in requests) + _joining(draft, spec.name, node_type.name)
     # a worker stopped deliberately comes back before anything is rented (DESIGN.md 10)
     started = start_for_demand(draft, spec, node_type, wanted - len(workers) - trying, budget)
@@ -110,20 +107,16 @@ def _joining(draft: Draft, cluster: str, node_type: str) -> int:
     the old one's candidate still pulled, 3 rentals in a cycle bounded at 2)."""
     live = {
         r.request_id
-        for r in draft.instances.values()
-        if r.cluster == cluster
-        and r.role is Role.CANDIDATE
+        for r in draft.of_node_type(cluster, node_type)
+        if r.role is Role.CANDIDATE
         and r.live
         and r.intent is not Intent.DESTROYED
         and r.id not in draft.doomed
     }
     return sum(
         len(r.open_slots)
-        for r in draft.requests.values()
-        if r.cluster == cluster
-        and r.node_type == node_type
-        and r.ended_by_watchdog
-        and r.id in live
+        for r in draft.index.requests_of(cluster, node_type)
+        if r.ended_by_watchdog and r.id in live
     )
 
 
@@ -147,7 +140,7 @@ def _halted(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> bool:
         draft.note("halt_lifted", "halt lifted", f"{spec.name}/{node_type.name}")
         return False
     draft.note("halted", f"halted: {halt.reason}", f"{spec.name}/{node_type.name}")
-    for request in _open_requests(draft.requests, spec.name, node_type.name):
+    for request in _open_requests(draft, spec.name, node_type.name):
         end_open_slots(
             draft,
             spec,
@@ -159,11 +152,9 @@ def _halted(draft: Draft, spec: ClusterSpec, node_type: NodeType) -> bool:
     return True
 
 
-def _open_requests(requests: Mapping[str, Request], cluster: str, node_type: str) -> list[Request]:
+def _open_requests(draft: Draft, cluster: str, node_type: str) -> list[Request]:
     return [
-        r
-        for r in requests.values()
-        if r.cluster == cluster and r.node_type == node_type and r.status is RequestStatus.OPEN
+        r for r in draft.index.requests_of(cluster, node_type) if r.status is RequestStatus.OPEN
     ]
 
 
@@ -195,25 +186,20 @@ def short_of(records: Records, spec: ClusterSpec, node_type: str, wanted: int) -
     limit = spec.node_types.get(node_type)
     if limit is None:
         return None
-    have = capacity(records.instances, records.requests, spec.name, node_type)
+    have = capacity(records.index, spec.name, node_type)
     return have if have < min(wanted, limit.max_workers) else None
 
 
-def capacity(
-    instances: Mapping[str, InstanceRecord],
-    requests: Mapping[str, Request],
-    cluster: str,
-    node_type: str,
-) -> int:
+def capacity(index: RecordIndex, cluster: str, node_type: str) -> int:
     """The nodes of a node type the planner counts as there or coming: its workers and the open
     slots of its open requests (what `scale` compares the wanted count with; Ray's demand reader
     adds its launches to this)."""
-    workers = sum(
-        1
-        for r in instances.values()
-        if r.cluster == cluster and r.node_type == node_type and _capacity(r)
+    workers = sum(1 for r in index.of_node_type(cluster, node_type) if _capacity(r))
+    slots = sum(
+        len(r.open_slots)
+        for r in index.requests_of(cluster, node_type)
+        if r.status is RequestStatus.OPEN
     )
-    slots = sum(len(r.open_slots) for r in _open_requests(requests, cluster, node_type))
     return workers + slots
 
 
@@ -231,7 +217,7 @@ def _place(draft: Draft, spec: ClusterSpec, node_type: NodeType, slots: int) -> 
         fingerprint=node_type.ray_fingerprint,
         digest=node_type.digest,
     )
-    draft.requests[ident] = request
+    draft.add_request(request)
     return request
 
 

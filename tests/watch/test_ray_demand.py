@@ -48,7 +48,7 @@ def reading(
 ) -> Reading:
     """What the watch reads from Ray's state, packed by the planner as a plan packs it."""
     seen = report(read_state, requested=requested)
-    return raydemand.reading(seen, spec, records.instances, records.requests, records.breakers)
+    return raydemand.reading(seen, spec, records.index, records.breakers)
 
 
 def node(

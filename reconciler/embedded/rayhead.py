@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import shutil
 import socket
 import sys
 import tempfile
@@ -161,6 +162,9 @@ def stop(state_dir: Path, cluster: str) -> bool:
         return False
     processes.stop_group(found.pid, grace=15.0)
     processes.forget(state_dir, _name(cluster))
+    # the head's Ray session files (sockets, Ray's own logs) go with it, as its machines do:
+    # nothing else removes them (every `up` of another state directory left its own in /tmp)
+    shutil.rmtree(temp_dir(state_dir, cluster), ignore_errors=True)
     return True
 
 

@@ -128,3 +128,5 @@ def test_up_then_down_leaves_no_ray_process(upped: UpCluster) -> None:
         raise AssertionError(
             "left after down:\n" + describe(cluster_processes(state, head_dir))
         ) from None
+    # nor its Ray session files (each `up` of a new state directory left ~200 KB in /tmp)
+    assert not head_dir.exists(), sorted(str(p) for p in head_dir.iterdir())

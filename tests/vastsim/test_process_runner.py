@@ -221,25 +221,6 @@ def test_onstart_runs_under_sh_and_stop_ends_the_group(
     wait_for(lambda: marker.read_text() == "started 2 x\n")
 
 
-def niceness(pid: int) -> int:
-    """A process's nice value, from /proc (field 19 of its stat)."""
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[16])
-
-
-def test_a_container_runs_at_a_lower_cpu_priority_than_the_machine_it_is_simulated_on(
-    served: tuple[Sim, ProcessRunner, Server, httpx.Client],
-) -> None:
-    """A container stands for another machine: on a user's machine it takes the CPU the head's
-    processes leave (nice +10), as on vast a worker's start never slows the head's (issue 24:
-    with two cores, the first worker's start slowed the very head it waits for)."""
-    _, runner, _, http = served
-    body = {"image": IMAGE, "disk": 10, "runtype": "ssh_direc", "onstart": "sleep 1000 &"}
-    instance_id = http.put(f"/api/v0/asks/{offer_on(http, 1)}/", json=body).json()["new_contract"]
-    wait_for(lambda: len(runner.pids(instance_id)) == 2)
-    mine = os.nice(0)
-    assert {niceness(pid) for pid in runner.pids(instance_id)} == {min(mine + 10, 19)}
-
-
 def test_shutdown_kills_every_container(tmp_path: Path) -> None:
     runner = ProcessRunner(tmp_path)
     sim = Sim(

@@ -117,19 +117,8 @@ def popen(
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_start(procs),  # noqa: PLW1509
+        preexec_fn=None if procs is None else enter_cgroup(procs),  # noqa: PLW1509
     )
-
-
-def _start(procs: int | None) -> Callable[[], None]:
-    enter = None if procs is None else enter_cgroup(procs)
-
-    def start() -> None:
-        os.nice(10)
-        if enter is not None:
-            enter()
-
-    return start
 
 
 def popen_contained(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.embedded import processes
+from reconciler.model.raystart import RAY_NODE_ENV
 
 READY_LINE = "Ray runtime started."
 # Quick stops and prompt failure detection; the drain would hold a head's stop for 30 s.
@@ -37,6 +38,7 @@ RAY_ENV = {
     # `ray status` reads the autoscaling state ray-vast reports (autoscaler v2's), not the v1
     # monitor's status string; request_resources() goes to the GCS's cluster constraints.
     "RAY_enable_autoscaler_v2": "1",
+    **RAY_NODE_ENV,
 }
 
 

@@ -27,6 +27,7 @@ from reconciler.head.enrollment import Admission
 from reconciler.head.messages import PROTOCOL, EnrollRequest, ResumeRequest
 from reconciler.head.pki import Issued
 from reconciler.model.accelerators import ACCELERATOR_LABEL, ACCELERATOR_RESOURCE_PREFIX
+from reconciler.model.raystart import RAY_NODE_ENV
 from reconciler.model.spec import ClusterSpec
 
 IDENTITY_PORTS = 70_000
@@ -193,6 +194,7 @@ def _answer(
                 # autoscaler v2 matches a cloud instance to its Ray node by this id
                 "RAY_CLOUD_INSTANCE_ID": str(request.instance_id),
                 "RAY_NODE_TYPE_NAME": record.node_type,
+                **RAY_NODE_ENV,
             },
         },
         "thresholds": thresholds(spec),

@@ -91,6 +91,9 @@ def test_first_candidates_fill_the_slots_and_extras_are_destroyed_at_once(world:
         "rv_slot": f"{request}s1",
     }
     assert ray["env"]["RAY_CLOUD_INSTANCE_ID"] == str(c3.vast_id)
+    # its raylet looks for its object store every 100 ms, as the head's does (model/raystart.py)
+    assert ray["env"]["RAY_raylet_client_connect_timeout_milliseconds"] == "100"
+    assert ray["env"]["RAY_raylet_client_num_connect_attempts"] == "100"
     assert ray["auth_mode"] == "token" and ray["auth_token"] == world.pki.ray_auth_token
     assert ray["head_address"] == "127.0.0.1:6390"
     assert ray["node_ip_address"] == "127.0.0.1"

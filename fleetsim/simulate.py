@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetsim.harness import Fleet, TypedJournal, fleet
+from fleetsim.harness import START, Fleet, TypedJournal, fleet
 from fleetsim.mix import CLASSES, Fate
 from fleetsim.scenario import (
     Config,
@@ -51,6 +51,7 @@ from reconciler.model import cost
 from reconciler.model.codec import encode
 from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
+from reconciler.state import simclock
 from reconciler.state.ledger import read_ledger
 from reconciler.watch.controller import Controller
 from vastsim import Market
@@ -400,4 +401,6 @@ def simulate(
         result = account(scenario, time.perf_counter() - started)
         if state_dir is not None and typed is not None:  # it saved nothing: the state as it ends
             typed.store.write(encode(typed.records()), based_on=typed.snapshot)
+        if state_dir is not None:  # `cost` on it prices to the run's end, not to today
+            simclock.write(state_dir, simclock.SimulatedClock(START, f.clock.now()))
         return result

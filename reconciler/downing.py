@@ -28,6 +28,7 @@ from reconciler.model.plan import Plan
 from reconciler.model.spec import ClusterSpec
 from reconciler.operations import EXIT_ERROR, EXIT_OK, OperationError, confirm, execute
 from reconciler.planning import teardown
+from reconciler.planning.refresh import refresh
 from reconciler.vast.errors import VastError
 from reconciler.views import progress, status_text
 
@@ -57,7 +58,9 @@ def down(
     """
     provider = deps.provider([s for s in specs if s.name == cluster])
     with deps.journal("down") as journal:
-        plan, targets = _down_plan(deps, journal, provider, cluster)
+        listing, listed_at = listed(provider), deps.clock.now()
+        plan = planned_down(journal, cluster, listing, listed_at)
+        targets = [i for i in listing if teardown.labelled_for(i, cluster)]
         deps.out.write(status_text.down_listing(cluster, targets, journal.lineage))
         if head is not None:
             deps.out.write(f"ray-vast down {cluster} will stop {head.description}.\n")
@@ -67,6 +70,9 @@ def down(
             close_records(journal, cluster, deps.clock.now())
             return EXIT_OK
         approve_down(deps, auto_approve=auto_approve)
+        # what vast's listing showed, folded in as a watch's tick would (its clocks are the
+        # bill's: with no watch running, this may be the only listing that saw them run)
+        journal.update(lambda records: refresh(records, tuple(listing), listed_at)[0])
         journal.update(hold)
         if head is not None and head.stop():
             deps.out.write(f"Ray head of {cluster} stopped.\n")
@@ -85,16 +91,6 @@ def listed(provider: Provider) -> list[Instance]:
         return provider.list_instances()
     except VastError as exc:
         raise OperationError(f"cannot list vast's instances ({exc}); nothing destroyed") from exc
-
-
-def _down_plan(
-    deps: Deps, journal: Journal, provider: Provider, cluster: str
-) -> tuple[Plan, list[Instance]]:
-    """The down plan from vast's listing, and the instances with the cluster's label that it
-    ends."""
-    listing = listed(provider)
-    plan = planned_down(journal, cluster, listing, deps.clock.now())
-    return plan, [i for i in listing if teardown.labelled_for(i, cluster)]
 
 
 def approve_down(deps: Deps, *, auto_approve: bool) -> None:

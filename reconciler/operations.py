@@ -30,6 +30,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.planning.guards import mass_destroys
 from reconciler.planning.plan import fingerprint, touched
 from reconciler.spec.loader import last_applied
+from reconciler.state import simclock
 from reconciler.vast.errors import VastError
 from reconciler.views import cost as cost_view
 from reconciler.views import plan as plan_view
@@ -352,7 +353,8 @@ def cost(
     records, _, _ = deps.read_records()
     bills = cost_model.lives_from_ledger(deps.ledger_entries())
     clusters = [s.name for s in specs] if specs else None
-    end = deps.clock.now() if until is None else until
+    simulated = simclock.read(deps.state_dir) if until is None else None
+    end = until if until is not None else simulated.end if simulated else deps.clock.now()
     if since is not None and since >= end:
         raise OperationError(f"--since is not before --until ({since:.0f} >= {end:.0f})")
     view = cost_view.build(cost_view.lives(records, bills, clusters), since=since, until=end, by=by)

@@ -135,6 +135,13 @@ def test_the_run_s_state_is_kept_for_ray_vast_cost(tmp_path: Path) -> None:
     priced = json.loads(result.stdout)
     assert priced["dollars"] == pytest.approx(doc["dollars"], rel=1e-6)
     assert priced["dollars"] == pytest.approx(doc["meter_dollars"], rel=0.01)
+    # with no --until: the run's own end (the state carries its clock), not today's wall clock
+    # (which priced the run's last workers up to now: $224.61 for a run whose meter said $0.79)
+    result = CliRunner().invoke(app, ["cost", "--state-dir", str(kept), "--json"])
+    assert result.exit_code == 0, result.stderr
+    untilled = json.loads(result.stdout)
+    assert untilled["until"] == end
+    assert untilled["dollars"] == pytest.approx(doc["dollars"], rel=1e-6)
     code, _, err = simulate(str(folder), "--hours", "1", "--state-dir", str(kept))
     assert code == 1
     assert "it already holds a state" in err

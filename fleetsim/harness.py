@@ -236,6 +236,7 @@ def fleet(
     images: Mapping[str, RayVersions] | None = None,
     state_dir: Path | None = None,
     typed: bool = False,
+    rate_limits: bool = False,
 ) -> Iterator[Fleet]:
     """A controller for `specs` (one cluster or several), one head per cluster, vastsim with the
     agent in every container of ours; torn down (every instance destroyed) on exit. `versions`
@@ -243,7 +244,9 @@ def fleet(
     `images` names another for it. `state_dir`: the state is a real state file there (locked
     while the fleet runs), with the ledger and the heads' PKI beside it, and is kept; else all of
     it is in memory and a temporary directory. `typed`: the journal keeps the typed records
-    instead of re-encoding the state on every change (`TypedJournal`: the long runs' choice)."""
+    instead of re-encoding the state on every change (`TypedJournal`: the long runs' choice).
+    `rate_limits`: vastsim answers a call inside vast's interval with a 429, and the client
+    paces itself as against vast (a create every 4.5 s; the scale-up benchmark's world)."""
     clusters = [specs] if isinstance(specs, ClusterSpec) else list(specs)
     bundle = AgentBundle.load()
     world = AgentWorld(bootloader=bundle.bootloader)
@@ -266,6 +269,8 @@ def fleet(
         ) as sim,
     ):
         world.attach(sim)
+        if rate_limits:
+            sim.faults.enable_rate_limits()
         clock = SimClock(sim)
         where = Path(tmp) if state_dir is None else state_dir
         store: StateStore = (
@@ -281,7 +286,7 @@ def fleet(
             spec_url=None,
             clock=clock,
             transport=InProcessTransport(sim),
-            settings=ClientSettings(pacing=False),
+            settings=ClientSettings(pacing=rate_limits),
             rng=random.Random(0),  # noqa: S311 - the retries' jitter, seeded so a run replays
         )
         signals = DemandSignals(clock=clock)

@@ -68,6 +68,14 @@ class DriverEvents:
         )
         self._said.update({u.words(): now for u in due})
 
+    def close(self) -> None:
+        """The event file closed (a reader dropped: its cluster removed, its head moved)."""
+        if self._logger is not None:
+            for handler in list(self._logger.handlers):
+                self._logger.removeHandler(handler)
+                handler.close()
+        self._logger = self._into = None
+
     def _events(self, logs_dir: str) -> Any:
         """Ray's event logger over this cluster's file (made again when the head's session, and
         so its logs directory, changed)."""

@@ -89,8 +89,10 @@ class RaySignals:
         self._resource_state = get_cluster_resource_state
 
     def close(self) -> None:
-        """Forget the GCS client (a reader of a cluster that was removed, or whose head moved)."""
+        """Forget the GCS client (a reader of a cluster that was removed, or whose head moved),
+        and close the drivers' event file."""
         self._client = None
+        self._events.close()
 
     def _gcs(self) -> Any:
         if self._client is None:

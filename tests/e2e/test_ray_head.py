@@ -118,12 +118,43 @@ GPU_DRIVER = textwrap.dedent(
 )
 
 
+PENDING_IN_RAY_STATUS = textwrap.dedent(
+    """
+    import os, sys, time
+    from ray.autoscaler.v2.sdk import get_cluster_status
+    from ray.autoscaler.v2.utils import ClusterStatusFormatter
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            text = ClusterStatusFormatter.format(get_cluster_status(os.environ["ADDRESS"]))
+        except Exception:
+            text = ""
+        pending = text.split("Pending:", 1)[1].split("Recent failures", 1)[0] if text else ""
+        if " gpu," in pending:
+            print(text)
+            sys.exit(0)
+        time.sleep(0.05)
+    sys.exit(1)
+    """
+)
+
+
 def test_ray_status_lists_the_gpu_worker_being_rented_and_no_infeasible_error(
     upped: UpCluster,
 ) -> None:
     spec = local_sim()
     up = upped(spec)
     env = {**up.ray_env(spec.name), "ADDRESS": up.address(spec.name)}
+    # `ray status`'s own code (Ray's GCS client and formatter), looking every 50 ms: the gpu
+    # worker is pending for only the seconds from its rental until its Ray joins, and a `ray
+    # status` process takes more than a second to start (looking every second missed it)
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", PENDING_IN_RAY_STATUS],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     driver = subprocess.Popen(
         [sys.executable, "-c", GPU_DRIVER],
         env=env,
@@ -132,19 +163,16 @@ def test_ray_status_lists_the_gpu_worker_being_rented_and_no_infeasible_error(
         text=True,
     )
     try:
-
-        def pending_gpu() -> str | None:
-            shown = up.ray_status(spec.name)
-            text = shown.stdout if shown is not None else ""
-            pending = text.split("Pending:", 1)[1].split("Recent failures", 1)[0] if text else ""
-            return text if " gpu," in pending else None
-
-        status = wait_for(pending_gpu, 120, "the gpu worker pending in `ray status`", every=1)
+        status, _ = watcher.communicate(timeout=150)
+        assert watcher.returncode == 0, (
+            f"the gpu worker was never pending in `ray status`:\n{status}"
+        )
         out, _ = driver.communicate(timeout=300)
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
+        for proc in (watcher, driver):
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     assert "GPU TASK ON " in out, f"{out}\n{up.said()}"
     assert "No available node types" not in out, out
     assert "(ray-vast)" in status or "launching" in status, status

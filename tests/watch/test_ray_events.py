@@ -73,3 +73,11 @@ def test_nothing_unmet_asks_nothing(tmp_path: Path) -> None:
         raise AssertionError("the head's logs were looked up for nothing")
 
     DriverEvents("c").infeasible([], 100.0, never)
+
+
+def test_close_lets_go_of_the_file(tmp_path: Path) -> None:
+    events = DriverEvents("c")
+    events.infeasible([TPU], 100.0, lambda: str(tmp_path))
+    handlers = list(events._logger.handlers) if events._logger else []
+    events.close()
+    assert handlers and all(h.stream is None for h in handlers)  # type: ignore[attr-defined]

@@ -311,10 +311,12 @@ def test_two_clusters_in_one_up_each_scale_from_their_own_demand(upped: UpCluste
         "sim-b": ran_on(out_b),
     }
     for cluster, wanted in (("sim-a", 2), ("sim-b", 1)):
+        # as many slots as its own demand needs, beyond the workers that ended and were replaced
+        # (Ray reports the three tasks' demand as the driver submits them: a reading between
+        # two submissions rents for what it saw, and the next one for the rest)
         requests = up.requests(cluster)
-        assert [len(r["slots"]) for r in requests][:1] == [wanted], (cluster, up.said())
-        later = sum(len(r["slots"]) for r in requests[1:])
-        assert later == up.ended_workers(cluster), (cluster, up.said())
+        slots = sum(len(r["slots"]) for r in requests)
+        assert slots - up.ended_workers(cluster) == wanted, (cluster, requests, up.said())
         assert peak.seen[cluster] <= wanted, (peak.seen, up.said())
         # each driver's tasks ran on its own cluster's workers only
         mine = {str(r["vast_id"]) for r in up.instances(cluster) if r.get("vast_id")}

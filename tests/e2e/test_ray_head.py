@@ -118,6 +118,17 @@ GPU_DRIVER = textwrap.dedent(
 )
 
 
+def _python(script: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`script` in a Python of its own, its output kept."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 PENDING_IN_RAY_STATUS = textwrap.dedent(
     """
     import os, sys, time
@@ -148,20 +159,7 @@ def test_ray_status_lists_the_gpu_worker_being_rented_and_no_infeasible_error(
     # `ray status`'s own code (Ray's GCS client and formatter), looking every 50 ms: the gpu
     # worker is pending for only the seconds from its rental until its Ray joins, and a `ray
     # status` process takes more than a second to start (looking every second missed it)
-    watcher = subprocess.Popen(
-        [sys.executable, "-c", PENDING_IN_RAY_STATUS],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    driver = subprocess.Popen(
-        [sys.executable, "-c", GPU_DRIVER],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    watcher, driver = (_python(script, env) for script in (PENDING_IN_RAY_STATUS, GPU_DRIVER))
     try:
         status, _ = watcher.communicate(timeout=150)
         assert watcher.returncode == 0, (

@@ -20,16 +20,8 @@ from reconciler.model.demand import scripted
 from reconciler.model.labels import label_for
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Instance, Offer
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Phase,
-    Records,
-    Request,
-    RequestStatus,
-    Role,
-    Slot,
-)
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import Request, RequestStatus, Slot
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
 from reconciler.spec.text import spec_yaml

@@ -120,7 +120,7 @@ def observe_and_plan(
     first = planned(seen)(records)
     if first.errored or not first.unmet:
         return final(planned(seen)) if settle else first
-    keys = {(u.cluster, u.node_type) for u in first.unmet}
+    keys = _priced_too(specs, {(u.cluster, u.node_type) for u in first.unmet})
     offers, failed = search(provider, specs, keys)
     full = replace(seen, offers=offers, search_errors=failed)
     # Priced, a budget that binds can move Ray's demand onto a node type the unpriced first plan
@@ -130,6 +130,19 @@ def observe_and_plan(
         extra, extra_failed = search(provider, specs, more)
         full = replace(full, offers={**offers, **extra}, search_errors={**failed, **extra_failed})
     return final(planned(full))
+
+
+def _priced_too(specs: Sequence[ClusterSpec], keys: set[NodeKey]) -> set[NodeKey]:
+    """The node types to search: those short of candidates and, in a cluster that schedules by
+    price (`scheduling: cheapest`), all of its node types (the packing compares their prices;
+    unpriced, Ray's own choice is the only one that looks short)."""
+    short = {cluster for cluster, _ in keys}
+    return keys | {
+        (s.name, name)
+        for s in specs
+        if s.name in short and s.scheduling == "cheapest"
+        for name in s.node_types
+    }
 
 
 # Runs a planning step on the current records and commits its plan (see `observe_and_plan`).

@@ -66,12 +66,10 @@ from reconciler.model.records import (
     Intent,
     JoinToken,
     Records,
-    Request,
-    RequestStatus,
     Role,
-    Slot,
     breaker_key,
 )
+from reconciler.model.requestrecord import Request, RequestStatus, Slot
 from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import LedgerKind
 

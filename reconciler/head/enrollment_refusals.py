@@ -30,10 +30,10 @@ from reconciler.model.records import (
     InstanceRecord,
     Intent,
     Records,
-    Request,
     Role,
     breaker_key,
 )
+from reconciler.model.requestrecord import Request
 from reconciler.model.spec import ClusterSpec
 from reconciler.state.ledger import LedgerKind
 

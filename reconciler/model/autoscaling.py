@@ -24,7 +24,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from reconciler.model.demand import Unmet
-from reconciler.model.records import InstanceRecord, Phase, Records, RequestStatus, Role
+from reconciler.model.records import InstanceRecord, Phase, Records, Role
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.model.routing import ROUTES, Outcome
 
 # How long a failed rental stays in Ray's "Recent failures".

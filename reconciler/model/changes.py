@@ -27,8 +27,8 @@ from reconciler.model.records import (
     JoinToken,
     PoolState,
     Records,
-    Request,
 )
+from reconciler.model.requestrecord import Request
 
 # The keyed tables of `Records`, each with its "<table>_removed" keys below.
 TABLES = (

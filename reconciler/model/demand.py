@@ -271,6 +271,33 @@ def shape_words(resources: Resources) -> str:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """A new node `scheduling: cheapest` picked by price (planning/cheapest.py): its node type,
+    the $/h of its cheapest acceptable offer per request it serves, the other node types that
+    could have taken the same demand at theirs (None: no acceptable offer), and the node type
+    Ray's own score would have launched."""
+
+    node_type: str
+    per_request: float
+    dollars_per_hour: float
+    served: int
+    others: tuple[tuple[str, float | None], ...]
+    ray_choice: str
+
+    def words(self) -> str:
+        """Why, in prices: "$0.5000/h per request (4 on a $2.0000/h node) against one $0.7000/h
+        (Ray's score: one)"."""
+        against = ", ".join(
+            f"{name} {'no offer' if p is None else f'${p:.4f}/h'}" for name, p in self.others
+        )
+        node = f"{self.served} on a ${self.dollars_per_hour:.4f}/h node"
+        why = f"${self.per_request:.4f}/h per request ({node})"
+        if against:
+            why += f" against {against}"
+        return f"{why} (Ray's score: {self.ray_choice})"
+
+
+@dataclass(frozen=True)
 class Packing:
     """Ray's decision: nodes to launch per node type (those `min_workers` needs included, as Ray
     launches them), and what it leaves unplaced. `infeasible` fits no node type at all (rent
@@ -285,6 +312,8 @@ class Packing:
     # Pending nodes per node type that no demand needs (Ray would end them as "pending and not
     # needed"; `min_workers` keeps what it needs).
     unneeded: Mapping[str, int] = field(default_factory=dict)
+    # With `scheduling: cheapest`, each new node picked by price, in Ray's order.
+    choices: tuple[Choice, ...] = ()
 
     @property
     def total(self) -> int:

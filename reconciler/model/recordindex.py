@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from reconciler.model.records import InstanceRecord, Request
+    from reconciler.model.records import InstanceRecord
+    from reconciler.model.requestrecord import Request
 
 Key = tuple[str, str]  # (cluster, node type)
 

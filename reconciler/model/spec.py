@@ -19,6 +19,8 @@ from reconciler.model import rayversions
 
 FilterValue = float | int | str | bool | None | tuple[float | int | str | bool, ...]
 OfferFilters = Mapping[str, Mapping[str, FilterValue]]
+# How Ray's demand picks a node type among those that fit it (a cluster's `scheduling`).
+Scheduling = Literal["ray", "cheapest"]
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,9 @@ class ClusterSpec:
     digest: str = ""
     # Ray's top-level max_workers: the most workers of the whole cluster (None: unbounded).
     max_workers: int | None = None
+    # How a node type is picked among those that fit Ray's demand: "ray" (Ray's own utilisation
+    # score) or "cheapest" (the least $ per request served; planning/cheapest.py).
+    scheduling: Scheduling = "ray"
     # The document as loaded (JSON, defaults filled): kept with the cluster's record when it is
     # applied, so `status` with no spec directory knows what the controller last applied.
     document: str = field(default="", compare=False, repr=False)

@@ -24,14 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from reconciler.model.records import (
-    InstanceRecord,
-    PoolState,
-    Records,
-    Request,
-    RequestStatus,
-    Role,
-)
+from reconciler.model.records import InstanceRecord, PoolState, Records, Role
+from reconciler.model.requestrecord import Request, RequestStatus
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets.base import scannable, serving_workers
 from reconciler.nets.detection import Detection

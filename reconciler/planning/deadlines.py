@@ -12,14 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from reconciler.model import stopping
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Phase,
-    Request,
-    RequestStatus,
-    Role,
-)
+from reconciler.model.records import InstanceRecord, Intent, Phase, Role
+from reconciler.model.requestrecord import Request, RequestStatus
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import candidate_limits, went_silent
 from reconciler.planning import lifecycle

@@ -20,9 +20,9 @@ from reconciler.model.records import (
     BreakerState,
     InstanceRecord,
     Records,
-    Request,
     breaker_key,
 )
+from reconciler.model.requestrecord import Request
 from reconciler.nets.detection import Detection
 from reconciler.planning import alerts
 

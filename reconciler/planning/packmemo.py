@@ -29,6 +29,7 @@ class Question:
     max_workers: int | None
     prices: Mapping[str, float] | None
     allowance: float | None
+    cheapest: Mapping[str, float] | None = None  # `scheduling: cheapest`: by these prices
 
     @classmethod
     def of(  # noqa: PLR0917 - pack's own arguments
@@ -39,10 +40,25 @@ class Question:
         max_workers: int | None,
         prices: Mapping[str, float] | None,
         allowance: float | None,
+        cheapest: Mapping[str, float] | None = None,
     ) -> Question:
-        priced = None if prices is None else sorted(prices.items())
-        key = repr((tuple(node_types), tuple(nodes), demand, max_workers, priced, allowance))
-        return cls(key, tuple(node_types), tuple(nodes), demand, max_workers, prices, allowance)
+        def written(p: Mapping[str, float] | None) -> object:
+            return None if p is None else sorted(p.items())
+
+        key = repr(
+            (
+                tuple(node_types),
+                tuple(nodes),
+                demand,
+                max_workers,
+                written(prices),
+                allowance,
+                written(cheapest),
+            )
+        )
+        return cls(
+            key, tuple(node_types), tuple(nodes), demand, max_workers, prices, allowance, cheapest
+        )
 
     def __hash__(self) -> int:
         return hash(self.key)

@@ -224,6 +224,8 @@ def _plan_cluster(
     budget = Budget(spent=before + _delta(draft, spec.name), cap=spec.max_dollars_per_hour)
     frozen = raydemand.unreadable(draft, spec, observation)
     demand = raydemand.workers_wanted(draft, spec, observation, budget)
+    for name, why in demand.chosen.items():
+        draft.note("scheduling_cheapest", why, f"{spec.name}/{name}")
     for node_type in spec.node_types.values():
         key = (spec.name, node_type.name)
         scaling.scale(
@@ -231,9 +233,10 @@ def _plan_cluster(
             spec,
             node_type,
             offers=observation.offers.get(key, ()),
-            demand=demand.get(key, 0),
+            demand=demand.wanted.get(key, 0),
             budget=budget,
             frozen=frozen,
+            chosen=demand.chosen.get(node_type.name),
         )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from reconciler.model.demand import CurrentNode, RayReport, Unmet, type_shapes
+from reconciler.model.demand import Choice, CurrentNode, RayReport, Unmet, type_shapes
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Detection
@@ -41,6 +41,8 @@ class Reading:
     wanted: Mapping[NodeKey, int] = field(default_factory=dict)
     infeasible: tuple[str, ...] = ()  # "{GPU: 1} fits no node type of local-sim"
     unplaced: tuple[Unmet, ...] = ()  # the same demand, as the packing left it
+    # `scheduling: cheapest`: per node type launched by price, why (its price and the others')
+    chosen: Mapping[str, str] = field(default_factory=dict)
 
 
 def reading(
@@ -64,13 +66,15 @@ def reading(
         else t
         for t in type_shapes(spec)
     )
+    offered = None if offers is None else cheapest_offers(spec, offers)
     packing = raypacking.pack(
         shapes,
         nodes,
         report.demand,
         max_workers=spec.max_workers,
-        prices=None if offers is None else prices(spec, offers),
+        prices=None if offered is None else {n: offered.get(n, 0.0) for n in spec.node_types},
         allowance=allowance,
+        cheapest=offered if spec.scheduling == "cheapest" else None,
     )
     wanted = {
         (spec.name, name): count
@@ -79,7 +83,17 @@ def reading(
         for name, count in have.items()
     }
     infeasible = tuple(f"{u.words()} fits no node type of {spec.name}" for u in packing.infeasible)
-    return Reading(wanted, infeasible, packing.infeasible)
+    return Reading(wanted, infeasible, packing.infeasible, chosen_words(packing.choices))
+
+
+def chosen_words(choices: Sequence[Choice]) -> dict[str, str]:
+    """Per node type launched by price, why: the first pick's prices, and how many nodes."""
+    out: dict[str, str] = {}
+    for choice in choices:
+        count = sum(1 for c in choices if c.node_type == choice.node_type)
+        nodes = f"{count} node(s)" if count > 1 else "a node"
+        out.setdefault(choice.node_type, f"scheduling cheapest launched {nodes}: {choice.words()}")
+    return out
 
 
 def readings(
@@ -101,12 +115,13 @@ def wanted_of(found: Mapping[str, Reading]) -> dict[NodeKey, int]:
 
 def workers_wanted(
     draft: Draft, spec: ClusterSpec, observation: Observation, budget: Budget
-) -> Mapping[NodeKey, int]:
+) -> Reading:
     """The workers Ray's report needs per node type, packed as Ray packs it within the cluster's
-    caps and the $/h left (a cluster Ray was not read for asks for nothing beyond min_workers)."""
+    caps and the $/h left (a cluster Ray was not read for asks for nothing beyond min_workers),
+    and, with `scheduling: cheapest`, why each node type launched by price was chosen."""
     report = observation.ray.get(spec.name)
     if report is None:
-        return {}
+        return Reading()
     return reading(
         report,
         spec,
@@ -114,7 +129,7 @@ def workers_wanted(
         draft.breakers,
         offers=observation.offers,
         allowance=max(0.0, budget.cap - budget.spent),
-    ).wanted
+    )
 
 
 RAY_UNREADABLE_SECONDS = 60.0
@@ -139,15 +154,19 @@ def unreadable(draft: Draft, spec: ClusterSpec, observation: Observation) -> str
     return why
 
 
-def prices(spec: ClusterSpec, offers: Mapping[NodeKey, Sequence[Offer]]) -> dict[str, float]:
+def cheapest_offers(
+    spec: ClusterSpec, offers: Mapping[NodeKey, Sequence[Offer]]
+) -> dict[str, float]:
     """A node of each type at its cheapest offer that meets the type's own filters (what the
-    rental would pick first); a type with no such offer rents nothing, so it costs nothing."""
+    rental would pick first); a type with no such offer is left out (it rents nothing, so the
+    budget counts it at nothing, and `scheduling: cheapest` puts it after every priced one)."""
     out: dict[str, float] = {}
     for name, node_type in spec.node_types.items():
         fit = [
             o.dph_total for o in offers.get((spec.name, name), ()) if not unfit_reason(o, node_type)
         ]
-        out[name] = min(fit, default=0.0)
+        if fit:
+            out[name] = min(fit)
     return out
 
 

@@ -48,11 +48,11 @@ from reconciler.model.demand import (
     PlacementGroup,
     ShapeCount,
     TypeShape,
-    Unmet,
     launches_of,
 )
-from reconciler.planning import packbudget, packmemo
+from reconciler.planning import cheapest, packbudget, packmemo, rayunmet
 from reconciler.planning.packmemo import Question
+from reconciler.planning.rayunmet import positive
 
 # Ray's kPlacementGroupConstraintKeyPrefix: the label a placement group's bundles share.
 PG_LABEL_PREFIX = "_PG_"
@@ -66,6 +66,7 @@ def pack(
     max_workers: int | None = None,
     prices: Mapping[str, float] | None = None,
     allowance: float | None = None,
+    cheapest: Mapping[str, float] | None = None,
 ) -> Packing:
     """The nodes Ray's autoscaler would launch per node type for `demand`, given the node types
     (in spec order: Ray breaks ties by it) and the current nodes; `max_workers` caps the workers
@@ -77,12 +78,19 @@ def pack(
     node type with no room left leaves the pool and the others go on. Here a node type whose
     next node the money left cannot buy leaves the pool the same way, at the point Ray's own
     order reaches it. `min_workers` of every node type come first and are never cut, as Ray
-    enforces them before any bound."""
-    free = packmemo.answer(Question.of(node_types, nodes, demand, max_workers, None, None), _packed)
+    enforces them before any bound.
+
+    `cheapest` (a cluster's `scheduling: cheapest`): the $/h of each node type's cheapest
+    acceptable offer (a type with none left out); a new node is then picked by its price per
+    request served, not by Ray's score (planning/cheapest.py), and the packing says each pick."""
+
+    def asking(prices: Mapping[str, float] | None, allowance: float | None) -> Question:
+        return Question.of(node_types, nodes, demand, max_workers, prices, allowance, cheapest)
+
+    free = packmemo.answer(asking(None, None), _packed)
     if allowance is None or packbudget.cost(free.launches, prices) <= allowance + 1e-9:
         return free
-    asked = Question.of(node_types, nodes, demand, max_workers, prices, allowance)
-    return packmemo.answer(asked, _packed)
+    return packmemo.answer(asking(prices, allowance), _packed)
 
 
 def _packed(asked: Question) -> Packing:
@@ -94,17 +102,28 @@ def _packed(asked: Question) -> Packing:
     cap = None if asked.max_workers is None else asked.max_workers + heads
 
     def run(limit: int | None, held: Mapping[str, int]) -> tuple[Any, Mapping[str, int]]:
-        return _schedule(ray, configs, held, node_types, nodes, demand, limit)
+        if asked.cheapest is None:
+            reply, launches = _schedule(ray, configs, held, node_types, nodes, demand, limit)
+            return (reply, ()), launches
+        with cheapest.priced(ray.scheduler, asked.cheapest) as choices:
+            reply, launches = _schedule(ray, configs, held, node_types, nodes, demand, limit)
+        return (reply, choices), launches
 
     reply, launches = run(cap, {})
     if allowance is not None and packbudget.cost(launches, prices) > allowance + 1e-9:
         reply, launches = packbudget.within(
             run, cap, nodes, _floor(node_types, nodes), prices or {}, allowance
         )
+    reply, choices = reply
     worker_configs = [configs[t.name] for t in node_types]
-    infeasible, capped = ray.unmet(reply, demand, worker_configs)
+    infeasible, capped = rayunmet.unmet(ray, reply, demand, worker_configs)
     return Packing(
-        launches, tuple(infeasible), tuple(capped), ray.version, unneeded=ray.unneeded(reply)
+        launches,
+        tuple(infeasible),
+        tuple(capped),
+        ray.version,
+        unneeded=rayunmet.unneeded(ray, reply),
+        choices=tuple(choices),
     )
 
 
@@ -195,7 +214,7 @@ class _Ray:
                 name=t.name,
                 min_worker_nodes=t.min_workers,
                 max_worker_nodes=t.max_workers,
-                resources=_positive(t.resources),
+                resources=positive(t.resources),
                 labels=dict(t.labels),
             )
         # Ray's head node type holds the head and is never launched: as AutoscalingConfig does,
@@ -207,7 +226,7 @@ class _Ray:
                     name=head.node_type,
                     min_worker_nodes=0,
                     max_worker_nodes=1,
-                    resources=_positive(head.total or {}),
+                    resources=positive(head.total or {}),
                     labels=dict(head.labels),
                 )
             else:
@@ -237,8 +256,8 @@ class _Ray:
             )
             return self.AutoscalerInstance(im_instance=pending, cloud_instance_id=instance_id)
         ray_node_id = f"{index:056x}"
-        total = _positive(node.total or {})
-        available = total if node.available is None else _positive(node.available)
+        total = positive(node.total or {})
+        available = total if node.available is None else positive(node.available)
         state = self.pb.NodeState(
             node_id=bytes.fromhex(ray_node_id),
             instance_id=instance_id,
@@ -269,7 +288,7 @@ class _Ray:
         selectors: Sequence[LabelSelector] = (),
         constraint: Any = None,
     ) -> Any:
-        req = self.pb.ResourceRequest(resources_bundle=_positive(resources))
+        req = self.pb.ResourceRequest(resources_bundle=positive(resources))
         for selector in selectors:
             req.label_selectors.append(self.selector(selector))
         if constraint is not None:
@@ -322,77 +341,3 @@ class _Ray:
     def constraints(self, requested: Sequence[ShapeCount]) -> list[Any]:
         wanted = [self.by_count(s) for s in requested if s.count > 0]
         return [self.pb.ClusterResourceConstraint(resource_requests=wanted)] if wanted else []
-
-    # -- what stays unplaced, and what is not needed -------------------------------------------
-
-    def unneeded(self, reply: Any) -> Mapping[str, int]:
-        """Per node type, the pending nodes Ray would end as "pending and not needed": no demand
-        and no `request_resources()` bundle is placed on them, and `min_workers` does not keep
-        them (Ray's own idle termination of pending nodes)."""
-        idle = self.im.TerminationRequest.Cause.IDLE
-        pending = {self.im.Instance.QUEUED, self.im.Instance.ALLOCATED}
-        return launches_of(
-            (t.instance_type, 1)
-            for t in reply.to_terminate
-            if t.cause == idle and t.instance_status in pending
-        )
-
-    def fits_a_node_type(self, req: Any, configs: Sequence[Any]) -> bool:
-        """Whether one request fits an empty node of some node type, by Ray's own rule."""
-        s = self.scheduler
-        for config in configs:
-            node = s.SchedulingNode.from_node_config(
-                copy.deepcopy(config),
-                status=s.SchedulingNodeStatus.TO_LAUNCH,
-                node_kind=self.im.NodeKind.WORKER,
-            )
-            remaining, _ = node.try_schedule([req], s.ResourceRequestSource.PENDING_DEMAND)
-            if not remaining:
-                return True
-        return False
-
-    def unmet(
-        self, reply: Any, demand: Demand, configs: Sequence[Any]
-    ) -> tuple[list[Unmet], list[Unmet]]:
-        infeasible: list[Unmet] = []
-        capped: list[Unmet] = []
-
-        def sort(unmet: Unmet, fits: bool) -> None:
-            (capped if fits else infeasible).append(unmet)
-
-        left = Counter(
-            r.SerializeToString(deterministic=True) for r in reply.infeasible_resource_requests
-        )
-        for shape in demand.tasks:
-            req = self.request(shape.resources, shape.label_selectors)
-            key = req.SerializeToString(deterministic=True)
-            count = min(left[key], shape.count)
-            left[key] -= count
-            if count:
-                unmet = Unmet("tasks", (_positive(shape.resources),), count)
-                sort(unmet, self.fits_a_node_type(req, configs))
-        by_id = {pg.id: pg for pg in demand.placement_groups}
-        for gang in reply.infeasible_gang_resource_requests:
-            pg = by_id[gang.details.split(":", 1)[0]]
-            combined = self.ResourceRequestUtil.combine_requests_with_affinity(
-                list(gang.bundle_selectors[0].resource_requests)
-            )
-            unmet = Unmet(
-                "placement_group",
-                tuple(_positive(b.resources) for b in pg.bundles),
-                placement_group=pg.id,
-                strategy=pg.strategy,
-            )
-            sort(unmet, all(self.fits_a_node_type(r, configs) for r in combined))
-        if reply.infeasible_cluster_resource_constraints:
-            for shape in demand.requested:
-                req = self.request(shape.resources, shape.label_selectors)
-                unmet = Unmet("request_resources", (_positive(shape.resources),), shape.count)
-                sort(unmet, self.fits_a_node_type(req, configs))
-        return infeasible, capped
-
-
-def _positive(resources: Mapping[str, float]) -> dict[str, float]:
-    """Ray reports and compares only positive amounts (a `GPU: 0` key would count as asking
-    for GPUs in its GPU-conservation rule)."""
-    return {k: float(v) for k, v in resources.items() if v > 0}

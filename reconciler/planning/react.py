@@ -12,7 +12,8 @@ from dataclasses import replace
 
 from reconciler.model.changes import Changes
 from reconciler.model.plan import Plan
-from reconciler.model.records import InstanceRecord, PoolState, Records, Request
+from reconciler.model.records import InstanceRecord, PoolState, Records
+from reconciler.model.requestrecord import Request
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets.detection import Detection
 from reconciler.planning.draft import Draft

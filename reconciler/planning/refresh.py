@@ -12,7 +12,8 @@ from reconciler.model import stopping
 from reconciler.model.diagnostics import Diagnostic, plan_note
 from reconciler.model.evolve import evolve
 from reconciler.model.observed import Instance
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import Request
 from reconciler.model.stretches import dark_from, lit_again, running_again, stopped_from
 
 # vast's statuses before the container runs; `None` is "being provisioned".

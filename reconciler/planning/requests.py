@@ -12,13 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Request,
-    RequestStatus,
-    Role,
-)
+from reconciler.model.records import InstanceRecord, Intent, Role
+from reconciler.model.requestrecord import Request, RequestStatus
 from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.nets.detection import Detection
 from reconciler.nets.reaper import Gate, refusal

@@ -14,7 +14,8 @@ from typing import Any
 
 from reconciler import settings
 from reconciler.model import cost
-from reconciler.model.records import InstanceRecord, Records, RequestStatus
+from reconciler.model.records import InstanceRecord, Records
+from reconciler.model.requestrecord import RequestStatus
 
 
 def prune(records: Records, now: float, retention: float = settings.RETENTION_SECONDS) -> Records:

@@ -25,12 +25,10 @@ from reconciler.model.records import (
     InstanceRecord,
     Intent,
     Records,
-    Request,
-    RequestStatus,
     Role,
-    Slot,
     breaker_key,
 )
+from reconciler.model.requestrecord import Request, RequestStatus, Slot
 from reconciler.model.spec import ClusterSpec, NodeType
 from reconciler.nets.detection import Detection
 from reconciler.planning import breaker
@@ -57,9 +55,12 @@ def scale(
     demand: int,
     budget: offer_picking.Budget,
     frozen: str | None = None,
+    chosen: str | None = None,
 ) -> None:
     """Bring a node type to the workers wanted; `frozen` says why nothing may be rented now
-    (the cluster's Ray head cannot be read: workers could not join it)."""
+    (the cluster's Ray head cannot be read: workers could not join it); `chosen`, why the
+    packing launched this node type by price (`scheduling: cheapest`), kept with a request
+    placed now."""
     breaker.reset_on_change(draft, spec, node_type)
     breaker.observe_lives(draft, spec, node_type)
     live = live_of(draft, spec.name, node_type.name)
@@ -85,7 +86,7 @@ def scale(
     short = wanted - len(workers) - trying - started
     slots = breaker.headroom(draft, spec, node_type, short, trying)
     if slots > 0:
-        requests.append(_place(draft, spec, node_type, slots))
+        requests.append(_place(draft, spec, node_type, slots, chosen))
     index = RequestIndex.of(draft, spec.name)
     for request in requests:
         _rent_for(
@@ -203,7 +204,9 @@ def capacity(index: RecordIndex, cluster: str, node_type: str) -> int:
     return workers + slots
 
 
-def _place(draft: Draft, spec: ClusterSpec, node_type: NodeType, slots: int) -> Request:
+def _place(
+    draft: Draft, spec: ClusterSpec, node_type: NodeType, slots: int, chosen: str | None
+) -> Request:
     ident = draft.new_id("q")
     request = Request(
         id=ident,
@@ -216,6 +219,7 @@ def _place(draft: Draft, spec: ClusterSpec, node_type: NodeType, slots: int) -> 
         image=node_type.image,
         fingerprint=node_type.ray_fingerprint,
         digest=node_type.digest,
+        chosen=chosen,
     )
     draft.add_request(request)
     return request
@@ -256,7 +260,8 @@ def _rent_for(
                 ActionKind.RENT,
                 spec.name,
                 "scale_up",
-                f"candidate for request {request.id} ({len(request.open_slots)} open slot(s))",
+                f"candidate for request {request.id} ({len(request.open_slots)} open slot(s))"
+                + (f"; {request.chosen}" if request.chosen else ""),
                 node_type=node_type.name,
                 record=ident,
                 request=request.id,

@@ -36,6 +36,7 @@ def cluster(doc: dict[str, Any], *, source: SourceRef, digest: str) -> ClusterSp
         head=Head(**spec["head"]),
         max_dollars_per_hour=float(spec["max_dollars_per_hour"]),
         max_workers=spec.get("max_workers"),
+        scheduling=spec.get("scheduling", "ray"),
         node_types=MappingProxyType(
             {
                 name: node_type(name, body, cluster=doc["metadata"]["name"])

@@ -13,7 +13,10 @@ changes. When vast cannot be listed, it says so instead of pretending nothing ru
 `alerts` and `breakers` per cluster. 1.2 added `halted` and `halt` per breaker. 1.5 added
 `held_down_at` per cluster (since when `ray-vast down` holds it down; null when it does not).
 1.6 added `ray` per cluster (its head's `address` and the URL of its `dashboard` and Jobs API;
-null when the cluster's spec is not known here).
+null when the cluster's spec is not known here). 1.7 added `scheduling` per cluster (`ray` or
+`cheapest`; null when its spec is not known here) and `chosen`: per node type that
+`scheduling: cheapest` launched by price and that still has an open request or a live machine
+from it, why (its price per request against the other node types').
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from typing import Any
 from reconciler.model.labels import parse_label
 from reconciler.model.observed import Instance
 from reconciler.model.records import Alert, BreakerState, InstanceRecord, Records
+from reconciler.model.requestrecord import Request, RequestStatus
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
 from reconciler.nets.base import serving_workers
 
-FORMAT_VERSION = "1.6"
+FORMAT_VERSION = "1.7"
 # The human view shows a cluster's newest alerts; `--json` has every one.
 ALERTS_SHOWN = 10
 
@@ -125,6 +129,8 @@ def _cluster(
         "held_down_at": _held_down_at(records, name, spec),
         "cap_dollars_per_hour": spec.max_dollars_per_hour if spec else None,
         "ray": _ray(spec),
+        "scheduling": spec.scheduling if spec else None,
+        "chosen": _chosen(records, name),
         "dollars_per_hour": round(sum(i["dollars_per_hour"] for i in instances), 4),
         "instances": instances,
         "foreign_instances": foreign,
@@ -134,6 +140,22 @@ def _cluster(
             for node_type, state in sorted(breakers.items())
         ],
     }
+
+
+def _chosen(records: Records, cluster: str) -> list[dict[str, str]]:
+    """Why each node type was launched by price, from its newest request that still counts (open,
+    or with a live machine rented for it)."""
+    live = {r.request_id for r in records.live_instances(cluster)}
+    newest: dict[str, Request] = {}
+    for request in records.requests.values():
+        counts = request.status is RequestStatus.OPEN or request.id in live
+        if request.cluster == cluster and request.chosen and counts:
+            known = newest.get(request.node_type)
+            if known is None or request.placed_at >= known.placed_at:
+                newest[request.node_type] = request
+    return [
+        {"node_type": t, "request": r.id, "why": r.chosen or ""} for t, r in sorted(newest.items())
+    ]
 
 
 def _ray(spec: ClusterSpec | None) -> dict[str, str] | None:

@@ -30,6 +30,10 @@ def human(view: dict[str, Any]) -> str:
         if cluster.get("ray"):
             ray = cluster["ray"]
             lines.append(f"  Ray {ray['address']}, dashboard and Jobs API {ray['dashboard']}")
+        if cluster.get("scheduling") == "cheapest":
+            lines.append("  scheduling: cheapest (a node type that fits is launched by its price)")
+        for chosen in cluster.get("chosen", ()):
+            lines.append(f"  {chosen['node_type']}: {chosen['why']}")
         if cluster.get("held_down_at") is not None:
             since = _clock_time(cluster["held_down_at"], now)
             lines.append(f"  held down by `ray-vast down` since {since}: {HELD_DOWN}")

@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from reconciler.head import decisions
-from reconciler.model.records import Phase, RequestStatus, Role
+from reconciler.model.records import Phase, Role
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.state.ledger import LedgerEntry
 from tests.waiting import wait_for
 

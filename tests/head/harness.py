@@ -31,7 +31,8 @@ from reconciler.head.service import HeadService
 from reconciler.head.shared import SharedRecords
 from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest, OfferSearch
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role, Slot
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import Request, Slot
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.text import spec_yaml
 from reconciler.state.ledger import LedgerEntry, LedgerWriter, read_ledger

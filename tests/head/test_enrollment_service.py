@@ -21,7 +21,8 @@ from reconciler.head import messages
 from reconciler.head.agentsource import AgentBundle
 from reconciler.head.decisions import put
 from reconciler.model.codec import encode
-from reconciler.model.records import BreakerState, Intent, Phase, RequestStatus, Role
+from reconciler.model.records import BreakerState, Intent, Phase, Role
+from reconciler.model.requestrecord import RequestStatus
 from tests.waiting import wait_for
 
 from .harness import KEY, HeadWorld, client_pair, head_world

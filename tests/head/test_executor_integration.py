@@ -16,7 +16,8 @@ from reconciler.model.codec import decode, encode
 from reconciler.model.labels import label_for
 from reconciler.model.observed import CreateRequest, OfferSearch
 from reconciler.model.plan import Action, ActionKind, OfferChoice, Plan
-from reconciler.model.records import Records, Request, Role, Slot
+from reconciler.model.records import Records, Role
+from reconciler.model.requestrecord import Request, Slot
 from reconciler.state.ledger import LedgerWriter
 from reconciler.state.memory import MemoryStore
 

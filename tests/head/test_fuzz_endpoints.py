@@ -43,16 +43,8 @@ from reconciler.head.decisions import doomed
 from reconciler.head.pki import ClusterPki, pki_dir
 from reconciler.head.shared import SharedRecords
 from reconciler.model.plan import Action
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Phase,
-    Records,
-    Request,
-    RequestStatus,
-    Role,
-    Slot,
-)
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import Request, RequestStatus, Slot
 from reconciler.state.ledger import LedgerWriter, read_ledger
 
 from .harness import LINEAGE, cluster_spec, hc_record

@@ -15,16 +15,8 @@ from reconciler.head.answers import HeadEndpoints, PortPlan
 from reconciler.head.launcher import AgentLauncher, LeakRefused
 from reconciler.head.messages import EnrollRequest, Heartbeat, RaySample
 from reconciler.head.pki import WorkerIdentity
-from reconciler.model.records import (
-    InstanceRecord,
-    Intent,
-    Phase,
-    Records,
-    Request,
-    RequestStatus,
-    Role,
-    Slot,
-)
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import Request, RequestStatus, Slot
 
 from .harness import KEY, LINEAGE, cluster_spec, hc_record
 

@@ -28,16 +28,8 @@ from reconciler.head import enrollment, messages, tokens
 from reconciler.head.messages import EnrollRequest
 from reconciler.model import rayversions
 from reconciler.model.rayversions import RayVersions
-from reconciler.model.records import (
-    BreakerState,
-    InstanceRecord,
-    Intent,
-    Phase,
-    Records,
-    Request,
-    Role,
-    Slot,
-)
+from reconciler.model.records import BreakerState, InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import Request, Slot
 from reconciler.state.ledger import LedgerKind
 
 from .harness import LINEAGE, cluster_spec, hc_record

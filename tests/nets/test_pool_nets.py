@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reconciler.model.records import Phase, PoolState, RequestStatus, Role
+from reconciler.model.records import Phase, PoolState, Role
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.nets import pools
 from tests.planning.builders import NOW, record, records, request, spec
 

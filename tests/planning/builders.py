@@ -9,7 +9,8 @@ from typing import Any
 
 from reconciler.model.labels import label_for
 from reconciler.model.observed import Instance, Offer
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Request, Role, Slot
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import Request, Slot
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.text import spec_yaml
 from tests.specs import load_spec

@@ -4,7 +4,8 @@ because both were looked at only on the 60-s reconcile)."""
 
 from __future__ import annotations
 
-from reconciler.model.records import Intent, Phase, RequestStatus
+from reconciler.model.records import Intent, Phase
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.nets import candidate_limits
 from reconciler.planning.deadlines import next_listing
 from tests.planning.builders import NOW, record, request, spec

@@ -16,7 +16,8 @@ from reconciler.model.demand import scripted
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance
 from reconciler.model.plan import ActionKind, Plan
-from reconciler.model.records import InstanceRecord, Intent, Phase, Records, RequestStatus, Role
+from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.planning import deadlines
 from tests.planning.builders import (
     LINEAGE,

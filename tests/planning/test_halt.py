@@ -10,15 +10,8 @@ from reconciler.model import rayversions
 from reconciler.model.demand import scripted
 from reconciler.model.observation import Observation
 from reconciler.model.plan import ActionKind, Plan
-from reconciler.model.records import (
-    BreakerState,
-    Halt,
-    Intent,
-    Phase,
-    Records,
-    RequestStatus,
-    breaker_key,
-)
+from reconciler.model.records import BreakerState, Halt, Intent, Phase, Records, breaker_key
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.model.spec import ClusterSpec
 from tests.planning.builders import LINEAGE, NOW, offer, record, records, request, spec
 from tests.planning.planned import plan

@@ -11,15 +11,8 @@ from reconciler.model.demand import scripted
 from reconciler.model.observation import Observation
 from reconciler.model.observed import Instance, Offer
 from reconciler.model.plan import ActionKind, Plan
-from reconciler.model.records import (
-    BlockEntry,
-    BreakerState,
-    Intent,
-    Phase,
-    Records,
-    RequestStatus,
-    Role,
-)
+from reconciler.model.records import BlockEntry, BreakerState, Intent, Phase, Records, Role
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning.retention import prune
 from reconciler.settings import RETENTION_SECONDS

@@ -20,10 +20,10 @@ from reconciler.model.records import (
     Intent,
     Phase,
     Records,
-    RequestStatus,
     Role,
     breaker_key,
 )
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import breaker
 from reconciler.planning.draft import Draft

@@ -20,7 +20,8 @@ import pytest
 from reconciler.model import stopping
 from reconciler.model.demand import scripted
 from reconciler.model.observation import Observation
-from reconciler.model.records import InstanceRecord, Intent, Phase, RequestStatus, Role
+from reconciler.model.records import InstanceRecord, Intent, Phase, Role
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.nets import idle
 from reconciler.planning import deadlines
 from tests.planning.builders import LINEAGE, NOW, offer, record, records, request, row, spec

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from fleetsim.harness import START, fleet
 from reconciler.model.rayversions import RayVersions
-from reconciler.model.records import RequestStatus
+from reconciler.model.requestrecord import RequestStatus
 from reconciler.views import status, status_text
 from tests.scenarios.world import (
     H,

@@ -184,10 +184,12 @@ def test_the_human_view_shows_a_clusters_newest_alerts_and_counts_the_rest() -> 
     assert len(payload["clusters"][0]["alerts"]) == 13  # --json has every one
 
 
-def test_json_is_version_1_6_and_keeps_every_earlier_field() -> None:
+def test_json_is_version_1_7_and_keeps_every_earlier_field() -> None:
     payload = view()
-    assert payload["format_version"] == "1.6"
+    assert payload["format_version"] == "1.7"
     assert all("held_down_at" in cluster for cluster in payload["clusters"])
+    assert payload["clusters"][0]["scheduling"] == "ray"
+    assert payload["clusters"][0]["chosen"] == []
     head = SPEC.head
     assert payload["clusters"][0]["ray"] == {
         "address": f"{head.address}:{head.ray_port}",

@@ -18,12 +18,10 @@ from reconciler.model.records import (
     Intent,
     Phase,
     Records,
-    Request,
-    RequestStatus,
     Role,
-    Slot,
     breaker_key,
 )
+from reconciler.model.requestrecord import Request, RequestStatus, Slot
 from reconciler.model.spec import ClusterSpec
 from reconciler.planning import raydemand
 from reconciler.planning.raydemand import Reading

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleetsim import report
+from fleetsim import report, savings
 from fleetsim.mix import FLEET_MIX, MixError, read_mix
-from fleetsim.simulate import Config, simulate
+from fleetsim.simulate import Config, Result, simulate
 from reconciler.spec.loader import load
 from reconciler.views import diagnostics as diag_view
 
@@ -47,17 +48,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"Error: --state-dir {args.state_dir}: {problem}\n")
             return 1
         args.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Ray's scheduler says at INFO what it launches for min_workers: not a simulation's output
+    logging.getLogger("ray.autoscaler.v2.scheduler").setLevel(logging.WARNING)
     result = simulate(loaded.clusters, config, state_dir=args.state_dir)
+    compared = None if args.no_scheduling else savings.compare(loaded.clusters, config)
+    _write(args, result, compared, config)
+    return 0
+
+
+def _write(
+    args: argparse.Namespace, result: Result, compared: savings.Savings | None, config: Config
+) -> None:
+    """The run's report, in the form asked for."""
     source = str(args.spec_dir)
     mix_source = None if args.failures is None else str(args.failures)
     if args.json:
         doc = report.as_json(result, source=source, mix_source=mix_source)
+        if not args.no_scheduling:
+            doc["scheduling"] = report.savings_json(compared)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(report.human(result, source=source, mix_source=mix_source))
+        if not args.no_scheduling:
+            sys.stdout.write(report.savings_human(compared))
         if args.state_dir is not None:
             sys.stdout.write(report.kept(args.state_dir, config))
-    return 0
 
 
 def _unusable(state_dir: Path) -> str | None:
@@ -77,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--failures", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--state-dir", type=Path, default=None)
+    parser.add_argument("--no-scheduling", action="store_true")
     return parser
 
 

@@ -99,6 +99,7 @@ class DemandSignals(AgentSignals):
     readable: Callable[[float], bool] = lambda now: True
     work_at: Callable[[float, Records], Mapping[str, bool]] | None = None
     read_clusters: tuple[str, ...] = ()
+    by_shape: bool = False  # the tasks ask for a shape, not a node type (`asking_for`)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -111,7 +112,9 @@ class DemandSignals(AgentSignals):
             return {}
         self.read_clusters = tuple(specs)
         now = self.clock.now()
-        return scripted(specs, self.demand_at(now)) if self.readable(now) else None
+        if not self.readable(now):
+            return None
+        return scripted(specs, self.demand_at(now), by_shape=self.by_shape)
 
     def unread(self) -> tuple[str, ...]:
         """Every cluster of the last reading while Ray's head cannot be read (the controller

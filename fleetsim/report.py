@@ -10,11 +10,14 @@ from typing import Any
 
 from fleetsim.harness import START
 from fleetsim.mix import FLEET_MIX, describe
+from fleetsim.savings import Savings
 from fleetsim.simulate import ClassRow, Config, Result, ratio_of
 from reconciler.model.cost import CAUSES
 from reconciler.views.cost import HEADINGS
 
-FORMAT_VERSION = "1.0"
+# 1.1 added `scheduling` (what `scheduling: cheapest` would have saved; null: no cluster has
+# a node type whose shape fits another's, so the scheduling chooses nothing).
+FORMAT_VERSION = "1.1"
 H = 3600.0
 
 
@@ -154,6 +157,40 @@ def _class(c: ClassRow) -> dict[str, Any]:
         },
         "wasted_dollars": round(c.wasted, 6),
         "floor_dollars": round(c.floor, 6),
+    }
+
+
+def savings_human(s: Savings | None) -> str:
+    """What `scheduling: cheapest` would have saved, said after the run's own figures."""
+    if s is None:
+        return (
+            "\nScheduling: no node type's shape fits inside another's, so Ray's score and the "
+            "price never disagree (`scheduling: cheapest` would choose the same).\n"
+        )
+    verb = "saved" if s.saved >= 0 else "cost"
+    return (
+        f"\nScheduling on {', '.join(s.clusters)} (the same scenario, demand asked by shape as "
+        "Ray's tasks ask it):\n"
+        f"  scheduling: ray       ${s.ray_dollars:>9.2f}  {s.ray_rentals:>4} rentals  "
+        f"{s.ray_worked_hours:>6.0f} worker-hours\n"
+        f"  scheduling: cheapest  ${s.cheapest_dollars:>9.2f}  {s.cheapest_rentals:>4} rentals  "
+        f"{s.cheapest_worked_hours:>6.0f} worker-hours\n"
+        f"  cheapest would have {verb} ${abs(s.saved):.2f} ({abs(s.saved_share):.1%})\n"
+    )
+
+
+def savings_json(s: Savings | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "clusters": list(s.clusters),
+        "ray_dollars": round(s.ray_dollars, 6),
+        "cheapest_dollars": round(s.cheapest_dollars, 6),
+        "saved_dollars": round(s.saved, 6),
+        "ray_worked_hours": round(s.ray_worked_hours, 3),
+        "cheapest_worked_hours": round(s.cheapest_worked_hours, 3),
+        "ray_rentals": s.ray_rentals,
+        "cheapest_rentals": s.cheapest_rentals,
     }
 
 

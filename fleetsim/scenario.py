@@ -53,6 +53,9 @@ class Config:
     # the fates of the first rentals, in order, before the mix draws the rest (the fleet
     # benchmark's quick run: every failure class at least once, however few rentals it makes)
     first_fates: tuple[Fate, ...] = ()
+    # Ray's demand as tasks of each node type's shape with no node-type label, which any node
+    # type they fit may take (how `scheduling` is compared); False: each held to its node type.
+    by_shape: bool = False
 
     @property
     def horizon(self) -> float:
@@ -259,6 +262,7 @@ class Scenario:
         self.fleet.signals.demand_at = lambda now: {
             key: demand_at(curve, now) for key, curve in curves.items()
         }
+        self.fleet.signals.by_shape = self.config.by_shape
         self.fleet.agents.next_fault = self._fault
         self.fleet.agents.on_enrolled = self._enrolled
         self.fleet.agents.on_resumed = self._resumed

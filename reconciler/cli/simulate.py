@@ -47,12 +47,21 @@ def simulate(
             "`ledger`, `state` with --state-dir). Default: not kept.",
         ),
     ] = None,
+    no_scheduling: Annotated[
+        bool,
+        typer.Option(
+            "--no-scheduling",
+            help="Skip the comparison of `scheduling: ray` and `cheapest` (two more runs of "
+            "the clusters where a node type's shape fits inside another's).",
+        ),
+    ] = False,
 ) -> None:
     """Price your specs before renting: ray-vast on virtual time against a failure mix.
 
     The whole engine (controller, heads, the agent's state machine in every container) runs on
     an in-process vastsim, with Ray's demand stepping between each node type's min and max
-    workers; it prints dollars by cause, waste against the floor, false destroys and leaks.
+    workers; it prints dollars by cause, waste against the floor, false destroys and leaks,
+    and what `scheduling: cheapest` would have saved where a node type's demand fits another.
     """
     context.specs(spec_dir, warn=True)
     argv = [sys.executable, "-m", "fleetsim", str(spec_dir), "--hours", f"{hours:g}"]
@@ -63,6 +72,8 @@ def simulate(
         argv.append("--json")
     if keep is not None:
         argv += ["--state-dir", str(keep)]
+    if no_scheduling:
+        argv.append("--no-scheduling")
     # its own process: the reconciler never imports the agent or vastsim, and this runs both
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.stdout:

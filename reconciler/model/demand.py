@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from reconciler.model.accelerators import ACCELERATOR_RESOURCE_PREFIX
 from reconciler.model.spec import ClusterSpec, NodeType
 
 # The label the head gives every worker of a node type (spec/shapes.py derives it into the shape).
@@ -183,14 +184,20 @@ class RayReport:
     version: int = 0
 
 
-def asking_for(cluster: ClusterSpec, workers: Mapping[str, int]) -> RayReport:
+def asking_for(
+    cluster: ClusterSpec, workers: Mapping[str, int], *, by_shape: bool = False
+) -> RayReport:
     """A report of Ray asking for `workers[name]` workers of each node type and no live node:
     what a scenario or a benchmark scripts as demand. Packed, it needs exactly that many
     workers of each type (within the type's bounds): that many pending tasks of the node type's
     whole shape, each held to its node type by its `rv_node_type` label. A shape with no
     resources holds any number of tasks on one node, so its workers are asked for as Ray asks
     for nodes of their own: a STRICT_SPREAD placement group, one bundle per worker (at most the
-    type's `max_workers`, since a group is placed whole or not at all)."""
+    type's `max_workers`, since a group is placed whole or not at all).
+
+    `by_shape`: the tasks ask for the shape only, as a Ray task asks for resources (no node-type
+    label), so any node type they fit may take them: what a simulation of `scheduling` compares
+    (Ray's score against the cheapest)."""
     tasks: list[ShapeCount] = []
     groups: list[PlacementGroup] = []
     for name, count in workers.items():
@@ -199,21 +206,37 @@ def asking_for(cluster: ClusterSpec, workers: Mapping[str, int]) -> RayReport:
             continue
         held = (LabelConstraint(NODE_TYPE_LABEL, (name,)),)
         resources = node_type.shape.resources
+        if by_shape:
+            resources = as_asked(resources)
         if resources:
-            tasks.append(ShapeCount(resources, count, (held,)))
+            tasks.append(ShapeCount(resources, count, () if by_shape else (held,)))
         else:
             bundles = (Bundle({}, held),) * min(count, node_type.max_workers)
             groups.append(PlacementGroup(f"{name}-workers", "STRICT_SPREAD", bundles))
     return RayReport(Demand(tasks=tuple(tasks), placement_groups=tuple(groups)))
 
 
+def as_asked(resources: Resources) -> Resources:
+    """A node type's shape as a Ray task asks for it: its amounts, without the
+    `accelerator_type:<name>` resource Ray gives a node of that GPU (a task asks for it only
+    when it names a GPU model, and then fits that model's node type alone)."""
+    return MappingProxyType(
+        {k: v for k, v in resources.items() if not k.startswith(ACCELERATOR_RESOURCE_PREFIX)}
+    )
+
+
 def scripted(
-    specs: Mapping[str, ClusterSpec], workers: Mapping[tuple[str, str], int]
+    specs: Mapping[str, ClusterSpec],
+    workers: Mapping[tuple[str, str], int],
+    *,
+    by_shape: bool = False,
 ) -> dict[str, RayReport]:
     """Reports of Ray asking for `workers[(cluster, node type)]` workers (`asking_for`), one per
     cluster of `specs`: what a scenario or a benchmark scripts as Ray's demand."""
     return {
-        name: asking_for(spec, {t: n for (c, t), n in workers.items() if c == name})
+        name: asking_for(
+            spec, {t: n for (c, t), n in workers.items() if c == name}, by_shape=by_shape
+        )
         for name, spec in specs.items()
     }
 

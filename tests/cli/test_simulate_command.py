@@ -65,7 +65,8 @@ def test_json_and_the_same_seed_gives_the_same_dollars(tmp_path: Path) -> None:
     folder = specs(tmp_path)
     first = as_json(str(folder), "--hours", "2", "--seed", "4")
     second = as_json(str(folder), "--hours", "2", "--seed", "4")
-    assert first["format_version"] == "1.0"
+    assert first["format_version"] == "1.1"
+    assert first["scheduling"] is None  # one node type a cluster: nothing to choose
     assert first["hours"] == 2 and first["seed"] == 4 and first["mix"]["source"] is None
     assert [c["name"] for c in first["clusters"]] == ["a", "b"]
     for row in first["clusters"]:

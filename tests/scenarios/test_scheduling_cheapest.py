@@ -24,9 +24,10 @@ from tests.scenarios.world import IMAGE, M, Signals, ledger, run
 from tests.specs import load_spec
 
 
-def pick(scheduling: str | None) -> ClusterSpec:
+def pick_text(scheduling: str | None) -> str:
+    """The cluster: `one` and `quad` both fit a one-GPU task; unset `scheduling` is Ray's."""
     line = f"scheduling: {scheduling}\n    " if scheduling else ""
-    text = spec_yaml(
+    return spec_yaml(
         "pick",
         f"""\
     max_dollars_per_hour: 20
@@ -51,7 +52,10 @@ def pick(scheduling: str | None) -> ClusterSpec:
         resources: {{GPU: 4}}
     """,
     )
-    return load_spec(text, "pick.yaml")
+
+
+def pick(scheduling: str | None) -> ClusterSpec:
+    return load_spec(pick_text(scheduling), "pick.yaml")
 
 
 @dataclass

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 # --- the loop -------------------------------------------------------------------------------
 
+# vast allows one create every 4.5 s per account (`reference/vast-api.md`); the client sends them
+# 0.1 s wider (`vast/endpoints.py`, DEFAULT_MIN_INTERVALS["asks"], held equal by a test). A
+# request holds no more open slots than creates at this pace can give candidates before its
+# provision deadline (planning/scaling.py `paced`).
+CREATE_PACE_SECONDS = 4.6
+
 # A listing the records' deadlines ask for comes no sooner than this after one that failed (an
 # outage at vast must not turn the deadlines into a request loop).
 LISTING_RETRY_SECONDS = 10.0

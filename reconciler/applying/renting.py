@@ -12,7 +12,7 @@ cluster's cap is tried (`RENT_ATTEMPTS` in all). The offer is chosen by the plan
 from __future__ import annotations
 
 from reconciler.applying.search import offer_search
-from reconciler.applying.steps import Steps, put, require
+from reconciler.applying.steps import Skip, Steps, put, require
 from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, OfferChoice
 from reconciler.model.records import InstanceRecord, Intent, Phase, Role
@@ -32,6 +32,7 @@ class Renting(Steps):
         spec = self.specs[action.cluster]
         node_type = spec.node_types[action.node_type or ""]
         choice = require(action.offer)
+        self._before_deadline(action)
         key = self._claim(action)
         try:
             record = self._pending_record(action, spec, choice)
@@ -52,6 +53,20 @@ class Renting(Steps):
             f"no acceptable offer could be rented for {action.cluster}/{action.node_type}",
             operation="create",
         )
+
+    def _before_deadline(self, action: Action) -> None:
+        """A candidate whose request's provision deadline passed while the creates before it
+        waited their turn at vast's pace is not rented: its request expires and its slots end
+        with it, so it would be rented to be ended (`Skip`, nothing called)."""
+        request = self.records.requests.get(action.request or "")
+        if request is not None and self.now() >= request.provision_deadline:
+            self._log(
+                action,
+                LedgerKind.OUTCOME,
+                f"not rented: request {request.id}'s provision deadline passed before its turn",
+                outcome="skipped",
+            )
+            raise Skip(f"request {request.id}'s provision deadline passed")
 
     def _pending_record(
         self, action: Action, spec: ClusterSpec, choice: OfferChoice

@@ -82,6 +82,9 @@ class Executor(Renting):
         if self.journal.lock.held_here() and any(a.kind in _HANDLED for a in actions):
             raise LockHeldError("provider actions carried out under the records lock")
         result = ApplyResult()
+        self.searched.clear()
+        self.tried.clear()
+        self.planned = {a.offer.offer_id for a in actions if a.kind is ActionKind.RENT and a.offer}
         for action in actions:
             if self.stop_requested():
                 result.interrupted = True

@@ -4,7 +4,8 @@ A rent saves its pending record (with the label the create will carry) before th
 crash or a lost answer leaves the instance findable by that label: a lost create answer is looked
 up in the listing and adopted, never rented again, and a create vast refused but that left an
 instance behind is recorded so that it is destroyed. When the planned offer is gone by the time
-of the call, the offers are searched again right then and the next acceptable one under the
+of the call, the offers are searched again right then (once a node type in one run: later
+replacements pick from that search, less the offers tried) and the next acceptable one under the
 cluster's cap is tried (`RENT_ATTEMPTS` in all). The offer is chosen by the planner's own rules
 (`planning/offers.py`); nothing here decides whether to rent at all.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 from reconciler.applying.search import offer_search
 from reconciler.applying.steps import Skip, Steps, put, require
-from reconciler.model.observed import Offer
 from reconciler.model.plan import Action, OfferChoice
 from reconciler.model.records import InstanceRecord, Intent, Phase, Role
 from reconciler.model.spec import ClusterSpec
@@ -99,6 +99,7 @@ class Renting(Steps):
         node_type = spec.node_types[record.node_type]
         bid = _bid(node_type.offer.type, node_type.offer.max_bid_dollars_per_hour, choice)
         request = self.launcher.create_request(spec, node_type, record, bid=bid)
+        self.tried.add(choice.offer_id)
         self.journal.update(lambda records: self.launcher.before_create(records, record))
         self._log(
             action, LedgerKind.CALL, f"create from offer {choice.offer_id}", dph=choice.dph_total
@@ -154,11 +155,17 @@ class Renting(Steps):
     def _replacement(
         self, spec: ClusterSpec, node_type_name: str, failed: InstanceRecord
     ) -> OfferChoice | None:
-        """Search again right before renting: the next acceptable offer under the cap."""
+        """The next acceptable offer under the cap, from a search made right now (the first time
+        in this run that the node type's planned offer was gone; later ones reuse it), less the
+        offers tried in this run and those its other rents were planned on."""
         node_type = spec.node_types[node_type_name]
-        offers: list[Offer] = self._vast(
-            lambda: self.provider.search_offers(offer_search(node_type))
-        )
+        key = (spec.name, node_type_name)
+        if key not in self.searched:
+            self.searched[key] = list(
+                self._vast(lambda: self.provider.search_offers(offer_search(node_type)))
+            )
+        taken = self.tried | self.planned
+        offers = [o for o in self.searched[key] if o.id not in taken]
         records = self.records
         spent = sum(
             r.billing_dph for r in records.instances.values() if r.cluster == spec.name and r.live

@@ -20,6 +20,7 @@ from reconciler.applying.books import Books
 from reconciler.applying.launch import Launcher
 from reconciler.applying.provider import Provider
 from reconciler.model.evolve import evolve
+from reconciler.model.observed import Offer
 from reconciler.model.plan import Action
 from reconciler.model.records import InstanceRecord, Intent, Records
 from reconciler.model.spec import ClusterSpec
@@ -72,6 +73,14 @@ class Steps:
     stop_requested: Callable[[], bool] = lambda: False
     progress: Callable[[str], None] = lambda line: None
     inflight: InFlight = field(default_factory=InFlight)
+    # Within one `carry_out`: the offers searched again per (cluster, node type) when a planned
+    # offer was gone, and the offers tried, so that each later replacement of the run picks from
+    # that one search (vast allows few searches a minute; a tick renting 100 searched 100 times).
+    searched: dict[tuple[str, str], list[Offer]] = field(default_factory=dict)
+    tried: set[int] = field(default_factory=set)
+    # The offers the run's rents were planned on: a replacement does not take one of them from
+    # the rent it was planned for.
+    planned: set[int] = field(default_factory=set)
 
     @property
     def records(self) -> Records:

@@ -38,6 +38,9 @@ class Draft:
     records: Records
     next_id: int
     actions: list[Action] = field(default_factory=list)
+    # Per rent (its record id), the round of its request's candidates it belongs to: the first
+    # candidate of every open slot of every request is sent before any slot's second.
+    rounds: dict[str, int] = field(default_factory=dict)
     skipped: list[SkippedOffer] = field(default_factory=list)
     notes: list[Diagnostic] = field(default_factory=list)
     unmet: list[Unmet] = field(default_factory=list)

@@ -185,8 +185,12 @@ def _finished(
     serial: int,
 ) -> Plan:
     """The plan of a finished draft: its actions in the order they are carried out (free money
-    before spending it), and the fingerprint of the instances they touch."""
-    actions = sorted(draft.actions, key=lambda a: ACTION_ORDER[a.kind])
+    before spending it; rents round by round, each open slot's first candidate before any slot's
+    second, since vast sends one create every 4.5 s), and the fingerprint of the instances they
+    touch."""
+    actions = sorted(
+        draft.actions, key=lambda a: (ACTION_ORDER[a.kind], draft.rounds.get(a.record or "", 0))
+    )
     warnings = [_foreign_warning(f.cluster, f.vast_id, f.label, f.dph_total) for f in foreign]
     return Plan(
         created_at=draft.now,

@@ -266,8 +266,10 @@ def _rent_for(
     draft.skipped.extend(selection.skipped)
     if selection.chosen and request.dispatched_at is None:
         draft.requests[request.id] = replace(request, dispatched_at=draft.now)
-    for choice in selection.chosen:
+    slots = max(1, len(request.open_slots))
+    for rank, choice in enumerate(selection.chosen, start=len(have)):
         ident = draft.new_id("i")
+        draft.rounds[ident] = rank // slots
         draft.add(
             Action(
                 ActionKind.RENT,

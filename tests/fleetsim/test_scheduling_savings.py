@@ -78,7 +78,7 @@ def test_simulate_prints_what_cheapest_would_have_saved(tmp_path: Path) -> None:
 
 def test_a_spec_with_no_choice_to_make_says_so(tmp_path: Path) -> None:
     (tmp_path / "alone.yaml").write_text(cluster_text("alone", min_workers=0))
-    result = CliRunner().invoke(app, ["simulate", str(tmp_path), "--hours", "1"])
+    result = CliRunner().invoke(app, ["simulate", str(tmp_path), "--hours", "0.5"])
     assert result.exit_code == 0, result.stderr
     assert "would choose the same" in result.stdout
     skipped = CliRunner().invoke(

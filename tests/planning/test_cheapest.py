@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.model.demand import CurrentNode, Demand, ShapeCount, TypeShape
+from reconciler.model.demand import CurrentNode, Demand, RayReport, ShapeCount, TypeShape
+from reconciler.model.observation import Observation
+from reconciler.model.plan import ActionKind
+from reconciler.model.records import Records
 from reconciler.planning import cheapest, packmemo, raypacking
+from reconciler.spec.text import spec_yaml
+from reconciler.views import plan as plan_view
+from tests.planning.builders import LINEAGE, NOW, offer
+from tests.planning.planned import plan
+from tests.specs import load_spec
 
 ONE = TypeShape("one", {"GPU": 1.0, "CPU": 4.0}, max_workers=10)
 FOUR = TypeShape("four", {"GPU": 4.0, "CPU": 16.0}, max_workers=10)
@@ -112,3 +120,44 @@ def test_a_ray_packing_is_rays_own_with_the_wrappers_installed(
     packmemo.answer.cache_clear()
     assert raypacking.pack(node_types, nodes, demand) == wrapped
     packmemo.answer.cache_clear()
+
+
+PICK = """\
+max_dollars_per_hour: 20
+scheduling: cheapest
+breaker: {slots: 5}
+node_types:
+  one:
+    max_workers: 4
+    candidate_factor: 1
+    image: img
+    disk_gb: 10
+    offer: {filters: {num_gpus: {eq: 1}}}
+    resources: {GPU: 1}
+  quad:
+    max_workers: 1
+    candidate_factor: 1
+    image: img
+    disk_gb: 10
+    offer: {filters: {num_gpus: {eq: 4}}}
+    resources: {GPU: 4}
+"""
+
+
+def test_plan_says_which_node_type_it_launched_by_price_and_why() -> None:
+    spec = load_spec(spec_yaml("pick", PICK))
+    observation = Observation(
+        listing=(),
+        offers={
+            ("pick", "one"): tuple(offer(i, 0.3 + i / 100) for i in range(1, 6)),
+            ("pick", "quad"): (offer(9, 1.6, num_gpus=4),),
+        },
+        ray={"pick": RayReport(tasks(4))},
+    )
+    made = plan([spec], observation, Records(), lineage=LINEAGE, serial=1, now=NOW)
+    rents = [a for a in made.actions if a.kind is ActionKind.RENT]
+    assert [a.node_type for a in rents] == ["one"] * 4
+    text = plan_view.human(made.plan)
+    assert "scheduling cheapest launched 4 node(s): $0.3100/h per request" in text
+    assert "against quad $0.4000/h (Ray's score: quad)" in text
+    assert "Note: pick/one: scheduling cheapest launched" in text

@@ -49,6 +49,7 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.spec.text import spec_yaml
 from reconciler.vast import config as vast_config
 from reconciler.vast.client import VastClient
+from reconciler.vast.endpoints import VAST_THRESHOLDS
 from reconciler.vast.factory import client_from_settings
 from reconciler.watch.controller import Controller, TickReport
 from tests.head.harness import market
@@ -59,6 +60,7 @@ KEY = "latency-bench-key-3a9e"
 CLUSTER = "lat"
 IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 WORKER = "w0"
+CREATE_SECONDS = VAST_THRESHOLDS["asks"]  # vast's interval between two creates of one account
 
 
 def spec_for(workers: int) -> ClusterSpec:
@@ -322,8 +324,12 @@ def measure(rentals: int, *, every: float = 0.1, idle_beats: int = 50) -> list[s
             beater.join()
         took = time.perf_counter() - started
         rented = sum(1 for r in world.records().instances.values() if r.vast_id and r.id != WORKER)
+        floor = max(0, rented - 1) * CREATE_SECONDS
+        ratio = took / floor if floor else 1.0
         return [
             f"the tick rented {rented} machine(s) in {took:.0f} s (vast's rate limits, paced)",
+            f"floor (one create per {CREATE_SECONDS} s): {floor:.0f} s; ratio {ratio:.2f} "
+            f"(target <= 1.10: {'ok' if ratio <= 1.1 else 'MISSED'})",
             idle.line(),
             during.line(),
             f"p99 during the tick: {during.p99:.1f} ms (target <= 100 ms: "

@@ -26,6 +26,7 @@ import argparse
 import cProfile
 import io
 import json
+import logging
 import pstats
 import sys
 import time
@@ -37,6 +38,7 @@ from bench.baseline import checkout, run_there
 from bench.planner_world import LINEAGE, NOW, World, build_world
 from reconciler.model.plan import Plan
 from reconciler.planning.plan import plan
+from reconciler.watch.logs import RAY_SCHEDULER_LOGGER
 
 CLUSTERS = 200
 SIZES = (1_000, 10_000, 100_000)
@@ -149,6 +151,8 @@ def profile(instances: int, clusters: int, top: int = 15) -> str:
 
 def main(argv: Sequence[str] | None = None) -> list[Row]:
     """Run the benchmark, print its table and return its rows (the smoke test reads them)."""
+    # Ray's scheduler says at INFO every node min_workers keeps: thousands of lines a plan
+    logging.getLogger(RAY_SCHEDULER_LOGGER).setLevel(logging.WARNING)
     args = _parser().parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     clusters = QUICK_CLUSTERS if args.quick else args.clusters

@@ -21,10 +21,14 @@ from reconciler.model.labels import label_for
 from reconciler.model.observation import NodeKey, Observation
 from reconciler.model.observed import Instance, Offer
 from reconciler.model.records import InstanceRecord, Intent, Phase, Records, Role
-from reconciler.model.requestrecord import Request, RequestStatus, Slot
 from reconciler.model.spec import ClusterSpec
 from reconciler.spec.loader import load_texts
 from reconciler.spec.text import spec_yaml
+
+try:
+    from reconciler.model.requestrecord import Request, RequestStatus, Slot
+except ModuleNotFoundError:  # a baseline from before model/requestrecord.py (0ac2f81)
+    from reconciler.model.records import Request, RequestStatus, Slot
 
 LINEAGE = "5eed0000-1111-2222-3333-444455556666"
 OTHER_LINEAGE = "0ther000-aaaa-bbbb-cccc-ddddeeeeffff"

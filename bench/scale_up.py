@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 from fleetsim.harness import fleet
 from reconciler.spec.loader import load_texts
+from reconciler.vast.endpoints import VAST_THRESHOLDS
 from tests.head.harness import market
 from tests.scenarios.world import cluster_text, lines
 
-CREATE_SECONDS = 4.5  # vast's interval between two creates of one account
+CREATE_SECONDS = VAST_THRESHOLDS["asks"]  # vast's interval between two creates of one account
 CREATE = "PUT /api/v0/asks/{id}/"
 MAX_TICKS = 100
 

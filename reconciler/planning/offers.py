@@ -27,24 +27,21 @@ def storage_dph(offer: Offer, disk_gb: float) -> float:
 
 
 def unfit_reason(offer: Offer, node_type: NodeType) -> str | None:
-    """Why an offer does not meet our own filters, or None when it does."""
-    checks = (
-        (offer.rentable is False or offer.rented is True, "not rentable"),
-        (offer.verification not in (None, "verified"), f"host is {offer.verification}"),
-        (
-            (offer.reliability or 0.0) < node_type.offer.min_reliability,
-            f"reliability {offer.reliability} under {node_type.offer.min_reliability}",
-        ),
-        (
-            (offer.disk_space or 0.0) < node_type.disk_gb,
-            f"disk {offer.disk_space} GB under {node_type.disk_gb} GB",
-        ),
-        (
-            (offer.direct_port_count or 0) < PORTS_PER_WORKER,
-            f"{offer.direct_port_count} direct ports, {PORTS_PER_WORKER} needed",
-        ),
-    )
-    return next((why for failed, why in checks if failed), None)
+    """Why an offer does not meet our own filters, or None when it does. Each reason is written
+    only for an offer that fails it: every plan asks this of every offer of every node type
+    (30,000 offers at 10,000 instances), nearly all of which pass."""
+    if offer.rentable is False or offer.rented is True:
+        return "not rentable"
+    if offer.verification not in (None, "verified"):
+        return f"host is {offer.verification}"
+    floor = node_type.offer.min_reliability
+    if (offer.reliability or 0.0) < floor:
+        return f"reliability {offer.reliability} under {floor}"
+    if (offer.disk_space or 0.0) < node_type.disk_gb:
+        return f"disk {offer.disk_space} GB under {node_type.disk_gb} GB"
+    if (offer.direct_port_count or 0) < PORTS_PER_WORKER:
+        return f"{offer.direct_port_count} direct ports, {PORTS_PER_WORKER} needed"
+    return None
 
 
 @dataclass

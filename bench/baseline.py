@@ -20,15 +20,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# this checkout's `bench` package first (bound before the tree goes on the path), then the tree
+# this checkout's `bench` package first (bound before the tree goes on the path), then the tree;
+# the script runs as a module of that package (`python -m bench.x`), so a script that puts this
+# checkout on the path when run by its file name (`__package__` empty) does not put it before
+# the tree (bench/heartbeat_scale.py's baseline measured this checkout's head so)
 RUNNER = """
-import runpy, sys
+import pathlib, runpy, sys
 root, tree, script = sys.argv[1:4]
 sys.path.insert(0, root)
 import bench  # noqa: F401 - this checkout's benchmarks, whatever the tree holds
 sys.path.insert(0, tree)
 sys.argv = [script, *sys.argv[4:]]
-runpy.run_path(script, run_name="__main__")
+runpy.run_module("bench." + pathlib.Path(script).stem, run_name="__main__", alter_sys=True)
 """
 
 

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +119,16 @@ class LatencyWorld:
 
 @contextmanager
 def latency_world(
-    tmp: Path, *, rentals: int, rate_limits: bool = True, machines: int | None = None
+    tmp: Path,
+    *,
+    rentals: int,
+    rate_limits: bool = True,
+    machines: int | None = None,
+    others: int = 0,
 ) -> Iterator[LatencyWorld]:
     """The controller and its head for a cluster of one serving worker that wants `rentals` more;
-    nothing is rented until a tick runs."""
+    nothing is rented until a tick runs. `others`: that many more serving workers in the records
+    (records only, no instance at vast: the state a head of that many workers saves)."""
     sim = _sim(machines or rentals + 8, rate_limits=rate_limits)
     clock = SystemClock()
     spec = spec_for(rentals + 1)
@@ -146,7 +152,8 @@ def latency_world(
                     pki_dir(tmp / "state", CLUSTER), CLUSTER, "127.0.0.1", now=clock.now()
                 )
                 vast_id, issued, record = _serving_worker(client, cluster_pki, journal.lineage)
-                journal.save(Records(instances={record.id: record}))
+                crowd = _others(record, others)
+                journal.save(Records(instances={record.id: record, **crowd}))
                 controller = Controller(
                     specs={CLUSTER: spec},
                     journal=journal,
@@ -243,6 +250,24 @@ def _serving_worker(
         slot_id="s0",
     )
     return created.instance_id, issued, record
+
+
+def _others(worker: InstanceRecord, count: int) -> dict[str, InstanceRecord]:
+    """`count` serving workers like `worker`, each its own record, instance and host."""
+    crowd = {}
+    for n in range(1, count + 1):
+        rid = f"w{n}"
+        crowd[rid] = replace(
+            worker,
+            id=rid,
+            label=worker.label.rsplit(".", 1)[0] + f".{rid}",
+            vast_id=worker.vast_id + 1_000_000 + n if worker.vast_id else None,
+            host_id=10_000 + n,
+            machine_id=10_000 + n,
+            cert_serial=(worker.cert_serial or 0) + n,
+            slot_id=f"s{n}",
+        )
+    return crowd
 
 
 def _beat(vast_id: int, seq: int) -> dict[str, Any]:

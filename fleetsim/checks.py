@@ -321,6 +321,10 @@ def _canary_cycles(judge: Judge, key: Key) -> list[tuple[Moment, Moment]]:
     for vast_id, (at, node) in story.enrolled.items():
         if node == key and _served(judge, vast_id, at[0]):
             cuts.append((at, "healthy"))
+            # and again where it proved the configuration: a worker that enrolled before an
+            # opening and serves its `MIN_SERVICE` after it ends that canary cycle (the
+            # controller's proof, DESIGN.md 11: "a worker that serves ... resets it"; seed 107)
+            cuts.append(((_proved_at(judge, vast_id, at[0]), at[1]), "healthy"))
     cuts.sort()
     cycles: list[tuple[Moment, Moment]] = []
     start: Moment = (START, 0.0)
@@ -330,6 +334,14 @@ def _canary_cycles(judge: Judge, key: Key) -> list[tuple[Moment, Moment]]:
             cycles.append((start, at))
         start, kind = at, what
     return cycles
+
+
+def _proved_at(judge: Judge, vast_id: int, enrolled: float) -> float:
+    """When a worker that served proved it: `MIN_SERVICE` after enrolling, or at its deliberate
+    end before that."""
+    end = judge.story.ended.get(vast_id)
+    proof = enrolled + MIN_SERVICE
+    return proof if end is None else min(proof, end)
 
 
 def _served(judge: Judge, vast_id: int, enrolled: float) -> bool:

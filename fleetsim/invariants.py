@@ -9,7 +9,10 @@ of what was healthy.
    of its configuration (the fingerprint of image and env), and each enrollment of one of its
    workers that served: lived `MIN_SERVICE` seconds after enrolling, or was ended by a deliberate
    decision (money chain, scale-down, prune, `down`), or is still up (provisionally: a worker
-   still up is taken as serving until it ends short). A cycle that begins at the start, at an
+   still up is taken as serving until it ends short), and again where such a worker proved the
+   configuration (`MIN_SERVICE` after enrolling, or its deliberate end before that: a worker
+   that enrolled before an opening and serves on past it ends that canary cycle, as the
+   controller's breaker says, seed 107). A cycle that begins at the start, at an
    opening or at a change of configuration is a canary cycle: no worker has served since it
    began, so the canary rule holds throughout it, and its rentals (the `rent` outcomes of the
    node type whose request carries the current configuration) may not exceed the bound. A cycle

@@ -191,7 +191,9 @@ class Deps:
             with self.ledger(store) as ledger:
                 if isinstance(store, SqlStore) and store.taken_over is not None:
                     ledger.append(backend.taken_over(store, store.taken_over))
-                yield Journal(store, ledger, snapshot)
+                journal = Journal(store, ledger, snapshot)
+                yield journal
+                journal.flush()  # the clocks heartbeats left unwritten (a crash loses seconds)
         finally:
             closed(store)
 

@@ -28,6 +28,12 @@ class RecordsStore(Protocol):
 
     def update(self, change: Callable[[Records], Records]) -> Records: ...
 
+    def keep(self, records: Records, now: float) -> None:
+        """`records`, which differ from the current ones only in a worker's clocks: current at
+        once, written with the next save or within `settings.KEPT_CLOCKS_SECONDS` of `now`'s
+        clock (or at once, by a store that keeps nothing unwritten)."""
+        ...
+
 
 class Books(RecordsStore, Protocol):
     """What the executor keeps: a `RecordsStore`, the state's lineage, and the ledger (one verb:
@@ -64,6 +70,9 @@ class HostBooks:
 
     def update(self, change: Callable[[Records], Records]) -> Records:
         return self.host.update(change)
+
+    def keep(self, records: Records, now: float) -> None:
+        self.host.keep(records, now)
 
     def check_lease(self) -> None:
         """A head alone holds no state lock of its own: whoever hosts its records does."""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from reconciler import settings
 from reconciler.model.codec import decode, encode
 from reconciler.model.records import Records
 from reconciler.state.ledger import LedgerSink
@@ -79,6 +80,9 @@ class Journal:
     lock: RecordsLock = field(default_factory=RecordsLock)
     # The typed records of `snapshot`, decoded once per version rather than on every read.
     _decoded: tuple[int, Records] | None = None
+    # Records ahead of `snapshot` by clocks only (`keep`), and since when (the caller's clock).
+    _kept: Records | None = None
+    _kept_since: float | None = None
 
     @property
     def lineage(self) -> str:
@@ -90,18 +94,45 @@ class Journal:
 
     def records(self) -> Records:
         with self.lock:
+            if self._kept is not None:
+                return self._kept
             key = id(self.snapshot)
             if self._decoded is None or self._decoded[0] != key:
                 self._decoded = (key, records_of(self.snapshot))
             return self._decoded[1]
 
     def save(self, records: Records) -> None:
-        """Write `records` as the next state version; nothing is written when nothing changed."""
+        """Write `records` as the next state version (with any clocks kept unwritten); nothing
+        is written when nothing changed."""
         with self.lock:
-            if records == self.records():
+            if self._kept is None and records == self.records():
                 return
-            self.snapshot = self.store.write(encode(records), based_on=self.snapshot)
-            self._decoded = (id(self.snapshot), records)
+            self._write(records)
+
+    def keep(self, records: Records, now: float) -> None:
+        """`records`, ahead of the current ones by a worker's clocks only (a heartbeat): current
+        at once, written with the next save or once `settings.KEPT_CLOCKS_SECONDS` have passed
+        on `now`'s clock since the first change kept. A save writes the whole state, and
+        heartbeats come 33 a second at 1,000 workers; what a crash loses is seconds of report
+        clocks that went-silent reads in minutes."""
+        with self.lock:
+            if self._kept_since is None:
+                self._kept_since = now
+            if now - self._kept_since >= settings.KEPT_CLOCKS_SECONDS:
+                self._write(records)
+            else:
+                self._kept = records
+
+    def flush(self) -> None:
+        """Write the clocks kept unwritten, if any (a watch that stops says all it knows)."""
+        with self.lock:
+            if self._kept is not None:
+                self._write(self._kept)
+
+    def _write(self, records: Records) -> None:
+        self.snapshot = self.store.write(encode(records), based_on=self.snapshot)
+        self._decoded = (id(self.snapshot), records)
+        self._kept = self._kept_since = None
 
     def check_lease(self) -> None:
         """`LockLostError` unless the state's lock is still ours (before every call to vast)."""

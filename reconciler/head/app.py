@@ -361,7 +361,7 @@ class HeadApp:
             decision = decide(before, now)
             proven = [n for n in decision.notes if not n.data.get("unproven")]
             if proven or decision.records is not before:
-                self._commit(before, decision.records, proven, now)
+                self._commit(before, decision.records, proven, now, kept=decision.clocks_only)
         unproven = [n for n in decision.notes if n.data.get("unproven")]
         if unproven:
             self._unproven(unproven, peer)
@@ -374,13 +374,24 @@ class HeadApp:
             before = self.host.records()
             self._commit(before, before, (note,), self.clock.now())
 
-    def _commit(self, before: Records, records: Records, notes: Sequence[Note], now: float) -> None:
-        """Under the records lock: save `records` with the alerts its detections raise, then
-        write the notes to the ledger in order, then say the alerts in the log."""
+    def _commit(
+        self,
+        before: Records,
+        records: Records,
+        notes: Sequence[Note],
+        now: float,
+        *,
+        kept: bool = False,
+    ) -> None:
+        """Under the records lock: save `records` with the alerts its detections raise (`kept`:
+        a change of clocks only, which the host may write within seconds), then write the notes
+        to the ledger in order, then say the alerts in the log."""
         alerts = self._alerts(records, notes, now)
         if alerts:
             records = replace(records, alerts=(*records.alerts, *alerts))
-        if records is not before:
+        if records is not before and kept and not alerts and not notes:
+            self.host.keep(records, now)
+        elif records is not before:
             saved = records
             self.host.update(lambda _records: saved)
         for note in notes:

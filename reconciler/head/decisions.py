@@ -52,6 +52,9 @@ class Decision(Generic[T]):
     destroys: tuple[Action, ...] = ()
     refusal: Refusal | None = None
     outcome: T | None = None
+    # The records changed only in a worker's clocks (a heartbeat with nothing else to say): kept
+    # in memory at once, written within `settings.KEPT_CLOCKS_SECONDS` (`RecordsStore.keep`).
+    clocks_only: bool = False
 
 
 def put(records: Records, record: InstanceRecord) -> Records:

@@ -7,11 +7,13 @@ other answer is 403 ("you are not a worker here": the worker reports and destroy
 certificate's serial joins the revocation set, and the refusal is kept in the ledger.
 
 A heartbeat that passes moves the worker's own report clock (`self_report_at`, the only thing the
-went-silent net reads) and, once Ray runs, its phase from enrolled to serving. It also carries the
-money chain's stop handshake (DESIGN.md 11, `model.stopping`): the answer says "stop": "pending"
-while a stop is under way and "cancelled" after one was called off, and the agent's
-acknowledgment is kept on the record (`stop_acked_at`), which lets the controller drain the node
-and call vast's stop.
+went-silent net reads) and, once Ray runs, its phase from enrolled to serving. One that moves
+nothing but the clocks says so (`clocks_only`): the head keeps it in memory and writes it within
+seconds, not at once (a save writes the whole state; at 1,000 workers heartbeats come 33 a
+second). It also carries the money chain's stop handshake (DESIGN.md 11, `model.stopping`): the
+answer says "stop": "pending" while a stop is under way and "cancelled" after one was called
+off, and the agent's acknowledgment is kept on the record (`stop_acked_at`), which lets the
+controller drain the node and call vast's stop.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def heartbeat(
         refused = _refuse(records, identity, beat, error, why)
         return evolve(refused, records=dec.revoke(records, identity.serial))
     serving = record.phase is Phase.ENROLLED and beat.ray.state == "running"
-    updated = evolve(record, self_report_at=now, sample_at=now, sample_busy=busy(beat))
-    updated = updated.serving(now) if serving else updated
+    clocks = evolve(record, self_report_at=now, sample_at=now, sample_busy=busy(beat))
+    updated = clocks.serving(now) if serving else clocks
     updated = stopping.heard(updated, beat.stop_acknowledged, now)
     notes: list[dec.Note] = []
     if serving:
@@ -77,7 +79,8 @@ def heartbeat(
     if updated.stop_acked_at is not None and record.stop_acked_at is None:
         notes.append(_acknowledged(updated, now))
     taken = Taken(updated, stopping.answer(record))
-    return dec.Decision(dec.put(records, updated), tuple(notes), (), None, taken)
+    only = updated is clocks and not notes  # nothing but the clocks moved
+    return dec.Decision(dec.put(records, updated), tuple(notes), (), None, taken, only)
 
 
 def _acknowledged(record: InstanceRecord, now: float) -> dec.Note:

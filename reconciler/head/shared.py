@@ -45,6 +45,10 @@ class SharedRecords:
                 self._records = updated
             return updated
 
+    def keep(self, records: Records, now: float) -> None:
+        """Saved at once: a head alone writes through whatever `save` it was given."""
+        self.update(lambda _records: records)
+
 
 class Submits(Protocol):
     """Where the head hands its destroys: the one applier (`reconciler.applying.applier`)."""

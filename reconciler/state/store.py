@@ -20,7 +20,7 @@ from typing import Protocol
 
 from reconciler.clock import Clock
 from reconciler.state.errors import LineageMismatchError, SerialMismatchError, StateConflictError
-from reconciler.state.jsonvalue import canonical, plain_json
+from reconciler.state.jsonvalue import plain_json
 from reconciler.state.lock import Identity, LockHolder
 from reconciler.state.lockinfo import LockInfo
 from reconciler.state.redact import redact
@@ -154,7 +154,7 @@ def next_snapshot(
         return StateSnapshot(
             lineage=make_lineage(), serial=1, ray_vast_version=tool_version, records=records
         )
-    if canonical(current.records) == canonical(records):
+    if current.records == records:  # plain JSON both: equal dicts, equal documents
         return None
     return StateSnapshot(
         lineage=current.lineage,

@@ -126,3 +126,27 @@ def test_a_canary_cycle_renting_past_its_bound_is_caught_and_an_enrollment_reset
     healthy.story.enrolled[5] = ((START + 1.5, 1.5), ("c1", "gpu"))  # up, so it may serve
     checks.canary(healthy, START + 100, final=True)
     assert healthy.violations == []
+
+
+def test_a_worker_enrolled_before_an_opening_that_serves_on_ends_the_canary_cycle() -> None:
+    """Seed 107: a worker enrolled at +680 s; another died short and the breaker opened at
+    +1,130 s; the first served on (600 s at +1,280 s), which proves the configuration, so the
+    controller lifted the canary; the rentals after that are the healthy regime. The judge cut
+    the cycle only at enrollments, so it counted them into the opening's canary cycle."""
+    key = ("c1", "big")
+    play = FakePlay(bounds={key: 3})
+    judge = Judge(play)  # type: ignore[arg-type]
+    judge.story.enrolled[13] = ((START + 680, 1.0), key)  # up all along: it served
+    judge.story.openings[key] = [(START + 1130, 2.0)]
+    judge.story.rentals[key] = [((START + 5100 + k, 3.0 + k), f"i{k}", None) for k in range(6)]
+    checks.canary(judge, START + 5200, final=True)
+    assert judge.violations == []
+    # a cycle whose only older worker dies short, before its proof, is still a canary cycle
+    judge = Judge(play)  # type: ignore[arg-type]
+    judge.story.enrolled[13] = ((START + 680, 1.0), key)
+    judge.story.ended[13] = START + 1200  # 520 s after enrolling: short
+    judge.story.openings[key] = [(START + 1130, 2.0)]
+    judge.story.rentals[key] = [((START + 5100 + k, 3.0 + k), f"i{k}", None) for k in range(6)]
+    checks.canary(judge, START + 5200, final=True)
+    [found] = judge.violations
+    assert found.invariant == 1 and "rented 6" in found.what

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ NOW = 1_800_000_000.0
 VAST_ID = 4242
 SERIAL = 0xC0FFEE
 IDENTITY = WorkerIdentity("hc", "i7", VAST_ID, "q1s1", SERIAL)
+CLOCKS = {"self_report_at", "sample_at", "sample_busy"}  # what a heartbeat may keep unwritten
 
 
 def worker(**changes: Any) -> InstanceRecord:
@@ -113,6 +114,28 @@ def test_what_a_heartbeat_answer_says_of_a_stop(case: str) -> None:
     assert after.intent is given.record.intent and after.self_report_at == NOW
     noted = [n for n in decision.notes if n.cls == stopping.ACKED_CLASS]
     assert bool(noted) is given.noted
+    # kept unwritten for seconds only when nothing but the worker's clocks moved
+    moved = {
+        f.name for f in fields(after) if getattr(after, f.name) != getattr(given.record, f.name)
+    }
+    assert decision.clocks_only is (moved <= CLOCKS and not decision.notes), moved
+
+
+def test_a_heartbeat_that_makes_a_worker_serving_is_not_clocks_only() -> None:
+    enrolled = replace(worker(), phase=Phase.ENROLLED, serving_at=None)
+    records = Records(instances={"i7": enrolled})
+    answer = {"instance_id": VAST_ID, "record_id": "i7", "ray": {"worker_ports": [1, 2]}}
+    doc: dict[str, Any] = heartbeat_body(answer, seq=3, state="running")
+    decision = heartbeats.heartbeat(
+        records,
+        IDENTITY,
+        Heartbeat.of(doc, received_at=NOW),
+        cluster="hc",
+        lineage=LINEAGE,
+        now=NOW,
+    )
+    assert decision.records.instances["i7"].phase is Phase.SERVING
+    assert not decision.clocks_only
 
 
 @pytest.fixture

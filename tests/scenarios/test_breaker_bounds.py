@@ -198,3 +198,37 @@ def test_fixing_the_image_brings_a_worker_within_a_breaker_pause() -> None:
         assert lines(f, "breaker_reset")
         enrolled = [float(e["time"]) for e in lines(f, "enrolled") if float(e["time"]) > changed]
         assert enrolled and min(enrolled) - changed < spec.breaker.pause_seconds
+
+
+def test_a_worker_that_serves_on_past_an_opening_lifts_the_canary() -> None:
+    """The adversary's seed 107: a worker that enrolled before the breaker opened and serves its
+    `min_service_seconds` during the pause proves the configuration (DESIGN.md 11: "a worker
+    that serves ... resets it"), so the demand after the pause is placed whole, not one canary
+    slot at a time. Its judge cut canary cycles only at enrollments, and counted the rentals
+    after such a proof into the opening's cycle."""
+    spec = cluster("proof", min_workers=0, max_workers=6, factor=1, head="breaker: {slots: 1}")
+    order: list[int] = []
+
+    def fault(vast_id: int) -> ContainerFault:
+        order.append(vast_id)
+        # the second worker of the first scale-up (the third rental) dies short: 5 min of Ray
+        return ContainerFault(ray_exits_at=START + 17 * M) if len(order) == 3 else HEALTHY
+
+    def demand(now: float) -> dict[tuple[str, str], int]:
+        wanted = 1 if now < START + 12 * M else 3 if now < START + 25 * M else 6
+        return {("proof", "gpu"): wanted}
+
+    with fleet(spec, faults=fault) as f:
+        f.controller.signals = Signals(f.clock, demand_at=demand)
+        run(f, START + 40 * M)
+        (opened,) = opened_at(f)
+        requests = sorted(f.controller.records().requests.values(), key=lambda r: r.placed_at)
+        after = [r for r in requests if r.placed_at > opened]
+        # the pause (10 min) passed with the older worker proven: one request for the 4 slots
+        # the demand of 6 lacks, its 4 candidates rented at once (a canary lets out one slot)
+        assert after and len(after[0].slots) == 4, [
+            (r.placed_at - START, len(r.slots)) for r in after
+        ]
+        late = [t for t in rented(f, "proof").values() if t > opened]
+        assert len(late) == 4 and len(set(late)) == 1, late
+        assert len(workers(f, "proof")) == 6

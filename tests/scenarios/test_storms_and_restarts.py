@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from fleetsim.agents import ContainerFault, Image
 from fleetsim.harness import START, fleet
-from reconciler.applying.journal import Journal
-from reconciler.watch.controller import Controller
-from tests.scenarios.world import M, alive, cluster, ended_by, rented, run, workers
+from tests.scenarios.world import M, alive, cluster, ended_by, rented, restart, run, workers
 
 CREATE = "PUT /api/v0/asks/{id}/"
 LIST = "GET /api/v1/instances/"
@@ -45,19 +43,7 @@ def test_watch_restarted_in_the_middle_of_a_scale_up() -> None:
         first = set(rented(f, "restart"))
         assert len(first) == 3
         # the process dies here; a new watch takes the same state file and the same heads
-        old = f.controller
-        journal = Journal(old.journal.store, old.journal.ledger, old.journal.store.read())
-        new = Controller(
-            specs=dict(old.specs),
-            journal=journal,
-            provider=old.provider,
-            launcher=old.launcher,
-            clock=old.clock,
-            signals=old.signals,
-        )
-        f.controller = new
-        for app in f.heads.values():
-            app.host, app.ledger = journal, journal.ledger
+        restart(f)
         run(f, START + 20 * M)
         assert len(workers(f, "restart")) == 3
         assert set(rented(f, "restart")) == first  # nothing rented twice

@@ -17,6 +17,7 @@ from typing import Any
 
 from fleetsim.agents import AgentWorld
 from fleetsim.harness import Fleet
+from reconciler.applying.journal import Journal
 from reconciler.model.autoscaling import AutoscalerState
 from reconciler.model.demand import RayReport, scripted
 from reconciler.model.labels import parse_label
@@ -25,6 +26,7 @@ from reconciler.model.records import Intent, Records, Role
 from reconciler.model.spec import ClusterSpec
 from reconciler.nets import idle
 from reconciler.spec.text import spec_yaml
+from reconciler.watch.controller import Controller
 from reconciler.watch.rayreaders import RayReaders
 from reconciler.watch.signals import AgentSignals
 from tests.specs import load_spec
@@ -83,6 +85,23 @@ def run(fleet: Fleet, until: float, *, each: Callable[[], None] | None = None) -
 
 
 # --- reading the story back ---------------------------------------------------------------------
+
+
+def restart(fleet: Fleet) -> None:
+    """The watch process dies and a new one starts from the state it wrote: a new journal read
+    from the same store, a new controller, the same heads (their records now the new one's)."""
+    old = fleet.controller
+    journal = Journal(old.journal.store, old.journal.ledger, old.journal.store.read())
+    fleet.controller = Controller(
+        specs=dict(old.specs),
+        journal=journal,
+        provider=old.provider,
+        launcher=old.launcher,
+        clock=old.clock,
+        signals=old.signals,
+    )
+    for app in fleet.heads.values():
+        app.host, app.ledger = journal, journal.ledger
 
 
 def ledger(fleet: Fleet) -> list[dict[str, Any]]:

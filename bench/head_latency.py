@@ -37,6 +37,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.scale_up import VAST_CREATE_SECONDS, create_floor
 from reconciler.clock import SystemClock
 from reconciler.deps import Deps
 from reconciler.head import pki, tls
@@ -49,7 +50,6 @@ from reconciler.model.spec import ClusterSpec
 from reconciler.spec.text import spec_yaml
 from reconciler.vast import config as vast_config
 from reconciler.vast.client import VastClient
-from reconciler.vast.endpoints import VAST_THRESHOLDS
 from reconciler.vast.factory import client_from_settings
 from reconciler.watch.controller import Controller, TickReport
 from tests.head.harness import market
@@ -60,7 +60,6 @@ KEY = "latency-bench-key-3a9e"
 CLUSTER = "lat"
 IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 WORKER = "w0"
-CREATE_SECONDS = VAST_THRESHOLDS["asks"]  # vast's interval between two creates of one account
 
 
 def spec_for(workers: int) -> ClusterSpec:
@@ -306,8 +305,7 @@ class Figures:
         if not self.latencies:
             return f"{self.name}: no heartbeats"
         ms = sorted(x * 1000 for x in self.latencies)
-        p50 = statistics.median(ms)
-        p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
+        p50, p99 = statistics.median(ms), percentile(ms, 0.99)
         return (
             f"{self.name}: {len(ms)} heartbeats, p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
             f"max {ms[-1]:.1f} ms, non-200 {self.refused}"
@@ -316,7 +314,12 @@ class Figures:
     @property
     def p99(self) -> float:
         ms = sorted(x * 1000 for x in self.latencies)
-        return ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))] if ms else 0.0
+        return percentile(ms, 0.99) if ms else 0.0
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The `q` quantile of sorted figures, the nearest one (every latency bench's p99)."""
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def beat_while(world: LatencyWorld, phase: Figures, busy: threading.Event, every: float) -> None:
@@ -349,11 +352,11 @@ def measure(rentals: int, *, every: float = 0.1, idle_beats: int = 50) -> list[s
             beater.join()
         took = time.perf_counter() - started
         rented = sum(1 for r in world.records().instances.values() if r.vast_id and r.id != WORKER)
-        floor = max(0, rented - 1) * CREATE_SECONDS
+        floor = create_floor(rented)
         ratio = took / floor if floor else 1.0
         return [
             f"the tick rented {rented} machine(s) in {took:.0f} s (vast's rate limits, paced)",
-            f"floor (one create per {CREATE_SECONDS} s): {floor:.0f} s; ratio {ratio:.2f} "
+            f"floor (one create per {VAST_CREATE_SECONDS} s): {floor:.0f} s; ratio {ratio:.2f} "
             f"(target <= 1.10: {'ok' if ratio <= 1.1 else 'MISSED'})",
             idle.line(),
             during.line(),

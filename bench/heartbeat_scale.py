@@ -31,7 +31,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.baseline import checkout, run_there
-from bench.head_latency import _beat, latency_world
+from bench.head_latency import _beat, latency_world, percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERVAL = 30.0  # the agent's heartbeat interval (the seed's)
@@ -82,7 +82,7 @@ def measure(workers: int, seconds: float) -> Row:
         rate=rate,
         sent=found["sent"],
         p50_ms=statistics.median(ms),
-        p99_ms=ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))],
+        p99_ms=percentile(ms, 0.99),
         max_ms=ms[-1],
         refused=sum(1 for b in found["beats"] if b[2] != 200),
         writes_per_beat=writes / found["sent"],

@@ -32,9 +32,14 @@ from reconciler.vast.endpoints import VAST_THRESHOLDS
 from tests.head.harness import market
 from tests.scenarios.world import cluster_text, lines
 
-CREATE_SECONDS = VAST_THRESHOLDS["asks"]  # vast's interval between two creates of one account
+VAST_CREATE_SECONDS = VAST_THRESHOLDS["asks"]  # vast's interval between two creates of one account
 CREATE = "PUT /api/v0/asks/{id}/"
 MAX_TICKS = 100
+
+
+def create_floor(creates: int) -> float:
+    """vast's least time from the first of `creates` creates to the last (one per interval)."""
+    return max(0, creates - 1) * VAST_CREATE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ class Run:
     @property
     def floor(self) -> float:
         """vast's least time for the creates until the last slot had a candidate."""
-        return max(0, self.slots - 1) * CREATE_SECONDS
+        return create_floor(self.slots)
 
     @property
     def ratio(self) -> float:
@@ -128,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> list[Run]:
     runs = [run(n, k) for n in args.slots for k in args.factor]
     print("one tick renting N slots at vast's pace (virtual time, vast's rate limits)")
     print(table(runs))
-    print(f"target: 100 slots within 1.1 x the floor (creates x {CREATE_SECONDS} s)")
+    print(f"target: 100 slots within 1.1 x the floor (creates x {VAST_CREATE_SECONDS} s)")
     print("provision deadline per run: max(1800 s, creates x 4.6 s x 1.25), so one request holds")
     print("every slot (scaling.paced); 'last slot first': until each slot had its first candidate")
     return runs

@@ -42,7 +42,7 @@ ALERT_REPEAT_SECONDS = 3600.0
 RETENTION_SECONDS = 24 * 3600.0
 # A heartbeat that only moves a worker's clocks (its own report clock, its utilisation sample)
 # is kept in memory at once, where every decision reads it, and written with the next save or
-# within this long: a save writes the whole state (~0.3 s at 1,000 workers, whose heartbeats
+# within this long: a save writes the whole state (~0.1 s at 1,000 workers, whose heartbeats
 # come 33 a second), and a crash that loses this much of a report clock is far inside
 # went-silent's 5 minutes.
 KEPT_CLOCKS_SECONDS = 10.0

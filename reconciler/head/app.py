@@ -389,7 +389,7 @@ class HeadApp:
         alerts = self._alerts(records, notes, now)
         if alerts:
             records = replace(records, alerts=(*records.alerts, *alerts))
-        if records is not before and kept and not alerts and not notes:
+        if records is not before and kept:  # clocks only: no notes, so no alerts either
             self.host.keep(records, now)
         elif records is not before:
             saved = records
